@@ -1,0 +1,1 @@
+"""Console scripts: `orbit` (server, dev) and `orbit-admin` (database administration)."""

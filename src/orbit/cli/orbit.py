@@ -1,0 +1,163 @@
+"""`orbit`: run a server node (`orbit server`) or the embedded dev mode (`orbit dev`)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .logs import configure_logging
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"orbit: {message}", err=True)
+    sys.exit(code)
+
+
+def _lock_sqlite(url: str):
+    """One node per SQLite file: hold an exclusive lock next to the database."""
+    from ..server.store.db import sqlite_path
+
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    fh = open(path + ".node.lock", "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _fail(f"another Orbit node is already serving {path}; SQLite supports a single node")
+    return fh
+
+
+def _serve(settings, host: str, port: int, banner: list[str] | None = None) -> None:
+    import uvicorn
+
+    from ..server.app import create_app
+
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        access_log=False,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+        ws_ping_interval=None,
+    )
+    server = uvicorn.Server(config)
+
+    async def run() -> None:
+        if banner:
+            for line in banner:
+                click.echo(line)
+        await server.serve()
+
+    asyncio.run(run())
+    if not server.started:
+        sys.exit(1)
+
+
+@click.group()
+def cli() -> None:
+    """The Orbit task execution service."""
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--database-url", default=None, help="mysql://… or sqlite:///…; default $ORBIT_DATABASE_URL")
+@click.option("--node-id", default=None, help="this node's identity in leases and logs")
+@click.option("--log-level", default="info", show_default=True)
+def server(host: str, port: int, database_url: str | None, node_id: str | None, log_level: str) -> None:
+    """Run a production node against a migrated database."""
+    from ..server.config import Settings
+    from ..server.store import migrate
+
+    configure_logging(log_level)
+    url = database_url or os.environ.get("ORBIT_DATABASE_URL")
+    if not url:
+        _fail("no database: pass --database-url or set ORBIT_DATABASE_URL")
+    try:
+        pending = asyncio.run(migrate.pending_migrations(url))
+    except Exception as exc:  # unreachable database, bad URL
+        _fail(f"cannot read the schema version: {type(exc).__name__}: {exc}")
+    if pending:
+        _fail(
+            f"the database schema is not current: {len(pending)} migration(s) pending "
+            f"({', '.join(r for r, _ in pending)}); run `orbit-admin migrate` first"
+        )
+    lock = _lock_sqlite(url)
+    settings = Settings(database_url=url)
+    if node_id:
+        settings.node_id = node_id
+    _serve(settings, host, port, [f"orbit server node {settings.node_id} listening on http://{host}:{port}"])
+    del lock
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--data-dir", default=".local/orbit", show_default=True, type=click.Path(path_type=Path))
+@click.option("--log-level", default="warning", show_default=True)
+def dev(host: str, port: int, data_dir: Path, log_level: str) -> None:
+    """Embedded single-node mode on SQLite, with a ready development credential."""
+    from ..server.config import Settings
+    from ..server.core.permissions import ALL_PERMISSIONS, ALL_QUEUES
+    from ..server.services import tenancy
+    from ..server.store import migrate
+    from ..server.store.db import Database
+    from .files import write_secret_json
+
+    configure_logging(log_level)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data_dir = data_dir.resolve()
+    url = f"sqlite:///{data_dir / 'orbit.db'}"
+    lock = _lock_sqlite(url)
+    asyncio.run(migrate.upgrade(url))
+    cred_path = data_dir / "credentials.json"
+    if not cred_path.exists():
+
+        async def first_start():
+            db = Database(url, pool_size=1)
+            try:
+                async def body(tx):
+                    app = await tenancy.ensure_application(tx, "dev")
+                    ns = await tenancy.ensure_namespace(tx, app["id"], "default", "development")
+                    q = await tenancy.ensure_queue(tx, ns["id"], "default")
+                    return await tenancy.issue_credential(
+                        tx, application=app, namespace=ns, permissions=list(ALL_PERMISSIONS),
+                        queue_scope=ALL_QUEUES, queue_id=q["id"], label="orbit dev",
+                    )
+
+                return await db.transaction(body)
+            finally:
+                await db.close()
+
+        if os.stat(data_dir).st_mode & 0o022:
+            os.chmod(data_dir, 0o700)
+        issued = asyncio.run(first_start())
+        write_secret_json(cred_path, issued.as_file(), force=False)
+    settings = Settings(database_url=url, node_id="dev", dev_mode=True)
+    base = f"http://{host}:{port}"
+    _serve(
+        settings,
+        host,
+        port,
+        [
+            f"Orbit dev server: {base}",
+            f"dashboard:        {base}/ui/",
+            f"credentials:      {cred_path}",
+            f"data:             {data_dir / 'orbit.db'}",
+            f"try: export ORBIT_URL={base} ORBIT_TOKEN=$(python -c \"import json;print(json.load(open('{cred_path}'))['token'])\")",
+        ],
+    )
+    del lock
+
+
+def main() -> None:
+    cli(prog_name="orbit")

@@ -1,0 +1,179 @@
+"""ASGI factory: routes, middleware, error envelopes, and the background loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .config import Settings
+from .errors import ApiError, invalid_argument, unavailable
+from .http import health, queues
+from .http.common import error_body, error_response
+from .http.openapi import install_openapi
+from .services import idempotency
+from .store import migrate
+from .store.db import Database, DatabaseUnavailable
+
+log = structlog.get_logger("orbit.http")
+
+
+class RequestIdMiddleware:
+    """Assign the request id, echo it in `X-Request-Id`, and log one line per request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        started_response = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started_response
+            if message["type"] == "http.response.start":
+                started_response = True
+            await send_with_id(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception:
+            log.exception("internal_error", request_id=rid)
+            if started_response:
+                raise
+            status = 500
+            await send_with_id({
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [(b"content-type", b"application/json")],
+            })
+            await send_with_id({
+                "type": "http.response.body",
+                "body": error_body(rid, "INTERNAL", "internal error; the transaction was rolled back"),
+            })
+        finally:
+            route = scope.get("route")
+            log.info(
+                "request",
+                request_id=rid,
+                method=scope.get("method"),
+                route=getattr(route, "path", None) or "unmatched",
+                status=status,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return error_response(request, exc)
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def _db_unavailable(request: Request, exc: DatabaseUnavailable):
+        return error_response(request, unavailable())
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        err = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("query", "path", "header", "body")]
+        field = ".".join(loc) or None
+        msg = str(err.get("msg", "invalid request"))
+        return error_response(request, invalid_argument(f"{field}: {msg}" if field else msg, field))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            return error_response(request, ApiError(404, "NOT_FOUND", "no such route"))
+        if exc.status_code == 405:
+            return error_response(request, ApiError(405, "INVALID_ARGUMENT", "method not allowed on this route"))
+        return error_response(request, ApiError(exc.status_code, "INVALID_ARGUMENT", str(exc.detail)))
+
+
+async def _every(seconds: float, name: str, fn) -> None:
+    """Run ``fn`` forever, logging failures; one loop never stops the others."""
+    while True:
+        try:
+            await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("background_loop_failed", loop=name, exc_info=True)
+        await asyncio.sleep(seconds)
+
+
+def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
+    owns_db = db is None
+    database = db or Database(settings.database_url, pool_size=settings.pool_size)
+    head = migrate.head_revision()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tasks: list[asyncio.Task] = []
+        if settings.background_loops:
+            retention = timedelta(seconds=settings.idempotency_retention_seconds)
+            tasks.append(
+                asyncio.create_task(
+                    _every(60, "idempotency_prune", lambda: idempotency.prune(database, retention))
+                )
+            )
+        try:
+            yield
+        finally:
+            app.state.draining = True
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            if owns_db:
+                await database.close()
+
+    app = FastAPI(
+        title="Orbit",
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.settings = settings
+    app.state.db = database
+    app.state.draining = False
+
+    async def schema_is_current() -> bool:
+        try:
+            return await migrate.current_revision_on(database) == head
+        except Exception:
+            return False
+
+    app.state.schema_is_current = schema_is_current
+    _install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(queues.router)
+    install_openapi(app)
+    app.add_middleware(RequestIdMiddleware)
+    return app

@@ -1,0 +1,1 @@
+"""Pure logic with no I/O: ids, time formats, names, limits, state rules."""

@@ -1,0 +1,43 @@
+"""The permission vocabulary and the queue-scope rule."""
+
+from __future__ import annotations
+
+ALL_PERMISSIONS: tuple[str, ...] = (
+    "queues:read",
+    "queues:manage",
+    "tasks:submit",
+    "tasks:read",
+    "tasks:cancel",
+    "tasks:review",
+    "schedules:read",
+    "schedules:manage",
+    "resource_keys:read",
+    "resource_keys:manage",
+    "applications:read",
+    "applications:manage",
+    "events:read",
+    "audit:read",
+    "worker",
+)
+
+# What `orbit-admin bootstrap` grants (operations.md); `worker` only with --worker-access.
+BOOTSTRAP_PERMISSIONS: tuple[str, ...] = (
+    "queues:read",
+    "queues:manage",
+    "tasks:submit",
+    "tasks:read",
+    "tasks:cancel",
+    "schedules:read",
+    "schedules:manage",
+    "resource_keys:read",
+    "resource_keys:manage",
+    "events:read",
+    "audit:read",
+    "applications:read",
+)
+
+ALL_QUEUES = "*"
+
+
+def scope_allows(scope: str | list[str], queue_id: str) -> bool:
+    return scope == ALL_QUEUES or queue_id in scope

@@ -1,0 +1,34 @@
+"""Timestamps: naive UTC inside the store, RFC 3339 with microseconds and `Z` outside."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def to_naive_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value
+    return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def format_ts(value: datetime | None) -> str | None:
+    """`2026-11-29T22:21:53.123456Z` for a naive-UTC or aware datetime."""
+    if value is None:
+        return None
+    return to_naive_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """Parse an RFC 3339 timestamp with any offset into naive UTC.
+
+    RFC 3339 requires an offset (`Z` or `±hh:mm`); a bare local time is refused.
+    """
+    text = value.strip()
+    if len(text) < 20 or text[10] not in "Tt ":
+        raise ValueError("not an RFC 3339 timestamp")
+    if text[-1] in "zZ":
+        text = text[:-1] + "+00:00"
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError("RFC 3339 timestamp needs an offset such as Z")
+    return to_naive_utc(parsed)

@@ -1,0 +1,1 @@
+"""HTTP protocol layer: one module per resource, plus the shared request plumbing."""

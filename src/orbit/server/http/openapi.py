@@ -1,0 +1,88 @@
+"""OpenAPI wiring: request bodies are parsed by hand (for the digest and the strict
+envelope), so their schemas are registered here from the same pydantic models."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+_REQUEST_MODELS: dict[str, type[BaseModel]] = {}
+
+D = TypeVar("D")
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class ErrorEnvelope(BaseModel):
+    request_id: str
+    error: ErrorBody
+
+
+class Envelope(BaseModel, Generic[D]):
+    request_id: str
+    data: D
+
+
+IDEMPOTENCY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": True,
+    "description": "1-128 visible ASCII characters naming this operation",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[\\x21-\\x7e]+$"},
+}
+
+
+def body_spec(model: type[BaseModel], *, idempotent: bool = True) -> dict[str, Any]:
+    """`openapi_extra` for a route whose JSON body is `model`."""
+    _REQUEST_MODELS[model.__name__] = model
+    extra: dict[str, Any] = {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        }
+    }
+    if idempotent:
+        extra["parameters"] = [IDEMPOTENCY_HEADER]
+    return extra
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorEnvelope, "description": "error envelope"} for s in statuses}
+
+
+def install_openapi(app: FastAPI) -> None:
+    def custom_openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title="Orbit", version="1", openapi_version="3.1.0", routes=app.routes,
+            description="Durable, multi-tenant task execution with exact cluster-wide queue limits.",
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, model in _REQUEST_MODELS.items():
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for def_name, def_schema in js.pop("$defs", {}).items():
+                components.setdefault(def_name, def_schema)
+            components[name] = js
+        # FastAPI's own 422 schemas are never produced: validation answers 400 envelopes.
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                if isinstance(op, dict):
+                    op.get("responses", {}).pop("422", None)
+        schema.setdefault("components", {})["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "orb_<credential id>_<secret>"}
+        }
+        schema["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = custom_openapi  # type: ignore[method-assign]

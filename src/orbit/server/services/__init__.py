@@ -1,0 +1,1 @@
+"""One module per capability; each operation is `(tx, command) -> result`."""

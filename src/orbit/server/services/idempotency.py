@@ -1,0 +1,135 @@
+"""Idempotent writes: the generic wrapper every state-changing request goes through.
+
+The placeholder record is inserted *before* the effect so that two concurrent
+requests with the same key serialise on its primary key: the second waits for
+the first, then finds the committed record and replays it. A rejected request
+rolls the placeholder back with everything else, leaving no record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import idempotency_conflict
+from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
+from ..store.tables import idempotency_records
+
+
+def request_digest(path_params: dict[str, Any], body: Any) -> str:
+    """SHA-256 of canonical JSON of the path parameters plus the fields actually sent."""
+    canonical = orjson.dumps({"body": body, "path": path_params}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+@dataclass(frozen=True)
+class IdempotencyScope:
+    namespace_id: str
+    operation: str
+    key: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The snapshot a write returned; `deduplicated` is true for a replay."""
+
+    deduplicated: bool
+    data: dict[str, Any]
+    resource_id: str | None = None
+
+
+Effect = Callable[[Tx], Awaitable[tuple[dict[str, Any], str | None]]]
+
+
+async def lookup(tx: Tx, scope: IdempotencyScope) -> Outcome | None:
+    """Replay (same digest) or conflict (different digest) for an already used key."""
+    t = idempotency_records
+    row = await tx.one_or_none(
+        select(t.c.digest, t.c.response, t.c.resource_id).where(
+            t.c.namespace_id == scope.namespace_id,
+            t.c.operation == scope.operation,
+            t.c.idem_key == scope.key,
+        )
+    )
+    if row is None:
+        return None
+    if row["digest"] != scope.digest:
+        raise idempotency_conflict()
+    return Outcome(True, orjson.loads(row["response"]), row["resource_id"])
+
+
+async def reserve(tx: Tx, scope: IdempotencyScope) -> None:
+    """Insert the placeholder; a concurrent holder of the key makes us run again and replay."""
+    try:
+        await tx.execute(
+            idempotency_records.insert().values(
+                namespace_id=scope.namespace_id,
+                operation=scope.operation,
+                idem_key=scope.key,
+                digest=scope.digest,
+                created_at=await tx.now(),
+            )
+        )
+    except IntegrityError as exc:
+        if is_duplicate_key(exc):
+            raise RetryTransaction() from exc
+        raise
+
+
+async def record(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource_id: str | None) -> None:
+    t = idempotency_records
+    await tx.execute(
+        t.update()
+        .where(
+            t.c.namespace_id == scope.namespace_id,
+            t.c.operation == scope.operation,
+            t.c.idem_key == scope.key,
+        )
+        .values(response=orjson.dumps(data).decode(), resource_id=resource_id)
+    )
+
+
+async def run_idempotent(tx: Tx, scope: IdempotencyScope, effect: Effect) -> Outcome:
+    """Inside an open transaction: replay, or reserve + effect + record."""
+    previous = await lookup(tx, scope)
+    if previous is not None:
+        return previous
+    await reserve(tx, scope)
+    data, resource_id = await effect(tx)
+    await record(tx, scope, data, resource_id)
+    return Outcome(False, data, resource_id)
+
+
+async def idempotent_write(db: Database, scope: IdempotencyScope, effect: Effect) -> Outcome:
+    """One transaction: idempotency record, effect, audit and events commit together."""
+    return await db.transaction(lambda tx: run_idempotent(tx, scope, effect))
+
+
+async def prune(db: Database, retention: timedelta, batch: int = 1000) -> int:
+    """Delete records older than the retention period, in bounded batches."""
+    if db.dialect == "mysql":
+        sql = text("DELETE FROM idempotency_records WHERE created_at < :cutoff LIMIT :n")
+    else:
+        sql = text(
+            "DELETE FROM idempotency_records WHERE rowid IN "
+            "(SELECT rowid FROM idempotency_records WHERE created_at < :cutoff LIMIT :n)"
+        )
+    total = 0
+    while True:
+
+        async def one_batch(tx: Tx) -> int:
+            cutoff = (await tx.now()) - retention
+            return (await tx.execute(sql, {"cutoff": cutoff, "n": batch})).rowcount
+
+        n = await db.transaction(one_batch)
+        total += n
+        if n < batch:
+            return total

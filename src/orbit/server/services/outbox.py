@@ -1,0 +1,84 @@
+"""Audit records and outbox events, written inside the caller's transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..core.ids import new_id
+from ..store.db import Tx
+from ..store.tables import audit_records, events
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made a change and through which request, for the audit trail."""
+
+    credential_id: str | None = None
+    name: str | None = None
+    request_id: str | None = None
+    idempotency_key: str | None = None
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+async def write_audit(
+    tx: Tx,
+    actor: Actor,
+    *,
+    namespace_id: str | None,
+    action: str,
+    resource_type: str,
+    resource_id: str,
+    reason: str | None = None,
+    before: Any = None,
+    after: Any = None,
+) -> None:
+    await tx.execute(
+        audit_records.insert().values(
+            id=new_id(),
+            namespace_id=namespace_id,
+            time=await tx.now(),
+            actor_credential_id=actor.credential_id,
+            actor=actor.name,
+            action=action,
+            resource_type=resource_type,
+            resource_id=resource_id,
+            reason=reason,
+            request_id=actor.request_id,
+            idempotency_key=actor.idempotency_key,
+            before=_json(before),
+            after=_json(after),
+        )
+    )
+
+
+async def emit(
+    tx: Tx, *, namespace_id: str, type: str, resource_type: str, resource_id: str, data: Any
+) -> None:
+    await emit_many(tx, [(namespace_id, type, resource_type, resource_id, data)])
+
+
+async def emit_many(tx: Tx, rows: list[tuple[str, str, str, str, Any]]) -> None:
+    """Insert several outbox events in one statement."""
+    if not rows:
+        return
+    now = await tx.now()
+    await tx.execute(
+        events.insert(),
+        [
+            {
+                "namespace_id": ns,
+                "type": type_,
+                "time": now,
+                "resource_type": rtype,
+                "resource_id": rid,
+                "data": orjson.dumps(data).decode(),
+            }
+            for ns, type_, rtype, rid, data in rows
+        ],
+    )

@@ -1,0 +1,290 @@
+"""Queue management: create, read, list, configure (pause/resume), retire.
+
+Live counters live in `queue_usage`, so counter changes never bump a queue's
+`revision` or `updated_at`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from ...models import ConfigureQueueRequest, CreateQueueRequest, RetireQueueRequest
+from ..core.ids import is_id, new_id
+from ..core.timefmt import format_ts
+from ..errors import not_found, state_conflict
+from ..store.db import Database, Tx, is_duplicate_key
+from ..store.tables import queue_usage, queues
+from .auth import Principal
+from .idempotency import IdempotencyScope, Outcome, idempotent_write
+from .outbox import Actor, emit, write_audit
+
+DEFAULT_MAX_UNFINISHED_TASKS = 100_000
+
+_QUEUE_COLS = (
+    queues.c.id,
+    queues.c.namespace_id,
+    queues.c.name,
+    queues.c.paused,
+    queues.c.max_concurrency,
+    queues.c.rate_per_second,
+    queues.c.max_unfinished_tasks,
+    queues.c.revision,
+    queues.c.retired_at,
+    queues.c.created_at,
+    queues.c.updated_at,
+)
+
+
+def queue_json(row: Any, unfinished: int) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "namespace_id": row["namespace_id"],
+        "name": row["name"],
+        "paused": bool(row["paused"]),
+        "max_concurrency": int(row["max_concurrency"]),
+        "rate_per_second": int(row["rate_per_second"]),
+        "max_unfinished_tasks": int(row["max_unfinished_tasks"]),
+        "unfinished_tasks": str(int(unfinished)),
+        "revision": str(int(row["revision"])),
+        "retired_at": format_ts(row["retired_at"]),
+        "created_at": format_ts(row["created_at"]),
+        "updated_at": format_ts(row["updated_at"]),
+    }
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """What every management write carries besides its body."""
+
+    principal: Principal
+    actor: Actor
+    scope: IdempotencyScope
+
+
+async def lock_queue(tx: Tx, principal: Principal, queue_id: str) -> Any:
+    """Lock the queue row, or 404 when it is missing, foreign or out of scope."""
+    if not is_id(queue_id) or not principal.can_see_queue(queue_id):
+        raise not_found("queue")
+    row = await tx.one_or_none(
+        select(*_QUEUE_COLS)
+        .where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
+        .with_for_update()
+    )
+    if row is None:
+        raise not_found("queue")
+    return row
+
+
+async def _unfinished(tx: Tx, queue_id: str, *, lock: bool = False) -> int:
+    stmt = select(queue_usage.c.unfinished).where(queue_usage.c.queue_id == queue_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    return int(await tx.scalar(stmt) or 0)
+
+
+async def insert_queue(
+    tx: Tx,
+    *,
+    namespace_id: str,
+    name: str,
+    max_concurrency: int,
+    rate_per_second: int,
+    max_unfinished_tasks: int,
+) -> dict[str, Any]:
+    """Insert a queue and its usage row; 409 when the name is taken in the namespace."""
+    now = await tx.now()
+    taken = await tx.scalar(
+        select(queues.c.id).where(queues.c.namespace_id == namespace_id, queues.c.name == name)
+    )
+    if taken is not None:
+        raise state_conflict(f"a queue named {name!r} already exists in this namespace", name=name)
+    row = {
+        "id": new_id(),
+        "namespace_id": namespace_id,
+        "name": name,
+        "paused": False,
+        "max_concurrency": max_concurrency,
+        "rate_per_second": rate_per_second,
+        "max_unfinished_tasks": max_unfinished_tasks or DEFAULT_MAX_UNFINISHED_TASKS,
+        "revision": 1,
+        "retired_at": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+    try:
+        await tx.execute(queues.insert().values(**row))
+    except IntegrityError as exc:
+        if is_duplicate_key(exc):
+            raise state_conflict(
+                f"a queue named {name!r} already exists in this namespace", name=name
+            ) from exc
+        raise
+    await tx.execute(
+        queue_usage.insert().values(
+            queue_id=row["id"], unfinished=0, permits_in_use=0, rate_window_start=None,
+            rate_window_used=0, rate_reserved=0,
+        )
+    )
+    return queue_json(row, 0)
+
+
+async def create_queue(db: Database, w: WriteRequest, req: CreateQueueRequest) -> Outcome:
+    ns = w.principal.namespace_id
+
+    async def effect(tx: Tx):
+        snapshot = await insert_queue(
+            tx,
+            namespace_id=ns,
+            name=req.name,
+            max_concurrency=req.max_concurrency,
+            rate_per_second=req.rate_per_second,
+            max_unfinished_tasks=req.max_unfinished_tasks,
+        )
+        await write_audit(
+            tx, w.actor, namespace_id=ns, action="queue.create", resource_type="queue",
+            resource_id=snapshot["id"], after=snapshot,
+        )
+        await emit(
+            tx, namespace_id=ns, type="queue.created", resource_type="queue",
+            resource_id=snapshot["id"], data={"queue": snapshot},
+        )
+        return {"queue": snapshot}, snapshot["id"]
+
+    return await idempotent_write(db, w.scope, effect)
+
+
+def _check_revision(row: Any, expected: str) -> None:
+    current = int(row["revision"])
+    if int(expected) != current:
+        raise state_conflict(
+            f"expected_revision {expected} is stale; the queue is at revision {current}",
+            current_revision=str(current),
+        )
+
+
+def _check_not_retired(row: Any) -> None:
+    if row["retired_at"] is not None:
+        raise state_conflict("the queue is retired", retired_at=format_ts(row["retired_at"]))
+
+
+async def configure_queue(
+    db: Database, w: WriteRequest, queue_id: str, req: ConfigureQueueRequest
+) -> Outcome:
+    async def effect(tx: Tx):
+        row = await lock_queue(tx, w.principal, queue_id)
+        _check_not_retired(row)
+        _check_revision(row, req.expected_revision)
+        unfinished = await _unfinished(tx, queue_id)
+        before = queue_json(row, unfinished)
+        changes = {
+            "paused": req.paused,
+            "max_concurrency": req.max_concurrency,
+            "rate_per_second": req.rate_per_second,
+            "max_unfinished_tasks": req.max_unfinished_tasks,
+            "revision": int(row["revision"]) + 1,
+            "updated_at": await tx.now(),
+        }
+        await tx.execute(queues.update().where(queues.c.id == queue_id).values(**changes))
+        after = queue_json({**dict(row), **changes}, unfinished)
+        await write_audit(
+            tx, w.actor, namespace_id=row["namespace_id"], action="queue.configure",
+            resource_type="queue", resource_id=queue_id, reason=req.reason, before=before, after=after,
+        )
+        await emit(
+            tx, namespace_id=row["namespace_id"], type="queue.configured", resource_type="queue",
+            resource_id=queue_id, data={"queue": after, "reason": req.reason},
+        )
+        return {"queue": after}, queue_id
+
+    return await idempotent_write(db, w.scope, effect)
+
+
+async def retire_queue(db: Database, w: WriteRequest, queue_id: str, req: RetireQueueRequest) -> Outcome:
+    async def effect(tx: Tx):
+        row = await lock_queue(tx, w.principal, queue_id)
+        _check_not_retired(row)
+        _check_revision(row, req.expected_revision)
+        # Locking the usage row orders us against concurrent submits.
+        unfinished = await _unfinished(tx, queue_id, lock=True)
+        if unfinished:
+            raise state_conflict(
+                "the queue still has unfinished tasks",
+                blocker="unfinished_tasks",
+                unfinished_tasks=str(unfinished),
+            )
+        for blocker in await retirement_blockers(tx, queue_id):
+            raise state_conflict(blocker["message"], **blocker["details"])
+        now = await tx.now()
+        before = queue_json(row, unfinished)
+        changes = {"retired_at": now, "updated_at": now, "revision": int(row["revision"]) + 1}
+        await tx.execute(queues.update().where(queues.c.id == queue_id).values(**changes))
+        after = queue_json({**dict(row), **changes}, unfinished)
+        await write_audit(
+            tx, w.actor, namespace_id=row["namespace_id"], action="queue.retire",
+            resource_type="queue", resource_id=queue_id, reason=req.reason, before=before, after=after,
+        )
+        await emit(
+            tx, namespace_id=row["namespace_id"], type="queue.retired", resource_type="queue",
+            resource_id=queue_id, data={"queue": after, "reason": req.reason},
+        )
+        return {"queue": after}, queue_id
+
+    return await idempotent_write(db, w.scope, effect)
+
+
+async def retirement_blockers(tx: Tx, queue_id: str) -> list[dict[str, Any]]:
+    """Other resources that keep a queue from retiring (schedules arrive with their own issue)."""
+    return []
+
+
+async def get_queue(db: Database, principal: Principal, queue_id: str) -> dict[str, Any]:
+    if not is_id(queue_id) or not principal.can_see_queue(queue_id):
+        raise not_found("queue")
+
+    async def read(tx: Tx):
+        return await tx.one_or_none(
+            select(*_QUEUE_COLS, queue_usage.c.unfinished)
+            .join(queue_usage, queue_usage.c.queue_id == queues.c.id)
+            .where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
+        )
+
+    row = await db.read(read)
+    if row is None:
+        raise not_found("queue")
+    return queue_json(row, row["unfinished"])
+
+
+async def list_queues(
+    db: Database,
+    principal: Principal,
+    *,
+    name: str | None,
+    include_retired: bool,
+    limit: int,
+    after_id: str | None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page in creation order (ids are time-ordered); returns (items, last id if more)."""
+    stmt = (
+        select(*_QUEUE_COLS, queue_usage.c.unfinished)
+        .join(queue_usage, queue_usage.c.queue_id == queues.c.id)
+        .where(queues.c.namespace_id == principal.namespace_id)
+        .order_by(queues.c.id)
+        .limit(limit + 1)
+    )
+    if name is not None:
+        stmt = stmt.where(queues.c.name == name)
+    if not include_retired:
+        stmt = stmt.where(queues.c.retired_at.is_(None))
+    if after_id is not None:
+        stmt = stmt.where(queues.c.id > after_id)
+
+    async def read(tx: Tx):
+        return await tx.all(stmt)
+
+    rows = await db.read(read)
+    items = [queue_json(r, r["unfinished"]) for r in rows[:limit]]
+    return items, (items[-1]["id"] if len(rows) > limit else None)

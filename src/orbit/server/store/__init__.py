@@ -1,0 +1,1 @@
+"""Storage: table definitions, the transaction helper, dialect differences and queries."""

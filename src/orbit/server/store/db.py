@@ -1,0 +1,241 @@
+"""Engine, dialect differences and the one transaction helper.
+
+Every state change runs as ``await db.transaction(fn)`` where ``fn(tx)`` does
+all of its work through ``tx``: the whole function is re-run on deadlock or
+lock-wait errors, so it must not touch the network other than the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import structlog
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+T = TypeVar("T")
+log = structlog.get_logger("orbit.store")
+
+# MySQL/MariaDB: deadlock, lock wait timeout. Both mean "run it again".
+RETRYABLE_MYSQL_ERRORS = {1213, 1205}
+DUPLICATE_KEY = 1062
+MAX_ATTEMPTS = 12
+
+
+class DatabaseUnavailable(Exception):
+    """The database could not be reached or kept refusing; safe to retry with the same identity."""
+
+
+class RetryTransaction(Exception):
+    """Raised inside a transaction to have the helper roll back and run it again."""
+
+
+def normalize_url(url: str) -> str:
+    """Accept `mysql://`, `mariadb://` and `sqlite:///` and pick the async drivers."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+", 1)[0]
+    if scheme in ("mysql", "mariadb"):
+        rest = url.split("://", 1)[1]
+        u = make_url("mysql+asyncmy://" + rest)
+        query = dict(u.query)
+        query.setdefault("charset", "utf8mb4")
+        return u.set(query=query).render_as_string(hide_password=False)
+    if scheme == "sqlite":
+        return "sqlite+aiosqlite://" + url.split("://", 1)[1]
+    raise ValueError(f"unsupported database URL scheme {parts.scheme!r}: use mysql:// or sqlite:///")
+
+
+def dialect_of(url: str) -> str:
+    return "sqlite" if url.startswith("sqlite") else "mysql"
+
+
+def sqlite_path(url: str) -> str | None:
+    u = make_url(normalize_url(url))
+    return u.database if u.database and u.database != ":memory:" else None
+
+
+def mysql_error_code(exc: BaseException) -> int | None:
+    orig = getattr(exc, "orig", None)
+    args = getattr(orig, "args", None)
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None
+
+
+def is_duplicate_key(exc: BaseException) -> bool:
+    if not isinstance(exc, IntegrityError):
+        return False
+    code = mysql_error_code(exc)
+    if code is not None:
+        return code == DUPLICATE_KEY
+    return "UNIQUE constraint failed" in str(exc.orig) or "PRIMARY KEY" in str(exc.orig)
+
+
+def _is_retryable(exc: BaseException, dialect: str) -> bool:
+    if isinstance(exc, RetryTransaction):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    if dialect == "mysql":
+        return mysql_error_code(exc) in RETRYABLE_MYSQL_ERRORS
+    return "database is locked" in str(exc.orig) or "database is busy" in str(exc.orig)
+
+
+@dataclass
+class Tx:
+    """One open transaction plus the database clock read once for it."""
+
+    conn: AsyncConnection
+    dialect: str
+    _now: datetime | None = None
+
+    async def now(self) -> datetime:
+        """The database clock (naive UTC), read once per transaction."""
+        if self._now is None:
+            if self.dialect == "mysql":
+                self._now = (await self.conn.execute(text("SELECT NOW(6)"))).scalar_one()
+            else:
+                self._now = datetime.now(timezone.utc).replace(tzinfo=None)
+        return self._now
+
+    @property
+    def is_mysql(self) -> bool:
+        return self.dialect == "mysql"
+
+    async def execute(self, statement: Any, params: Any = None):
+        if params is None:
+            return await self.conn.execute(statement)
+        return await self.conn.execute(statement, params)
+
+    async def one_or_none(self, statement: Any):
+        return (await self.conn.execute(statement)).mappings().one_or_none()
+
+    async def all(self, statement: Any):
+        return (await self.conn.execute(statement)).mappings().all()
+
+    async def scalar(self, statement: Any):
+        return (await self.conn.execute(statement)).scalar()
+
+
+class Database:
+    """Owns the engines. On SQLite writes go through one connection (the single writer)."""
+
+    def __init__(self, url: str, *, pool_size: int = 20, echo: bool = False) -> None:
+        self.url = normalize_url(url)
+        self.dialect = dialect_of(self.url)
+        if self.dialect == "mysql":
+            self.engine: AsyncEngine = create_async_engine(
+                self.url,
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                pool_recycle=1800,
+                pool_pre_ping=True,
+                isolation_level="READ COMMITTED",
+                echo=echo,
+            )
+            self._install_mysql_session(self.engine)
+            self.read_engine = self.engine
+            self._write_lock: asyncio.Lock | None = None
+        else:
+            self.engine = create_async_engine(self.url, pool_size=1, max_overflow=0, echo=echo)
+            self._install_sqlite(self.engine, immediate=True)
+            self.read_engine = create_async_engine(self.url, pool_size=4, max_overflow=4, echo=echo)
+            self._install_sqlite(self.read_engine, immediate=False)
+            self._write_lock = asyncio.Lock()
+
+    @staticmethod
+    def _install_mysql_session(engine: AsyncEngine) -> None:
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn, _record):  # pragma: no cover - driver callback
+            cur = dbapi_conn.cursor()
+            cur.execute("SET SESSION time_zone = '+00:00'")
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 10")
+            cur.close()
+
+    @staticmethod
+    def _install_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn, _record):  # pragma: no cover - driver callback
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=10000")
+            cur.execute("PRAGMA foreign_keys=OFF")
+            cur.close()
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(conn):  # pragma: no cover - driver callback
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    async def transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """Run ``fn`` in one write transaction, retrying the whole of it on lock conflicts."""
+        attempt = 0
+        while True:
+            attempt += 1
+            committing = False
+            try:
+                if self._write_lock is not None:
+                    async with self._write_lock:
+                        async with self.engine.connect() as conn:
+                            async with conn.begin():
+                                result = await fn(Tx(conn, self.dialect))
+                                committing = True
+                    return result
+                async with self.engine.connect() as conn:
+                    async with conn.begin():
+                        result = await fn(Tx(conn, self.dialect))
+                        committing = True
+                return result
+            except Exception as exc:
+                if _is_retryable(exc, self.dialect) and attempt < MAX_ATTEMPTS:
+                    await asyncio.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 7))))
+                    continue
+                if isinstance(exc, DBAPIError) and not isinstance(exc, IntegrityError):
+                    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                        log.warning(
+                            "database_unavailable",
+                            error=type(exc.orig).__name__ if exc.orig else type(exc).__name__,
+                            code=mysql_error_code(exc),
+                            during_commit=committing,
+                        )
+                        raise DatabaseUnavailable(str(type(exc).__name__)) from exc
+                raise
+
+    async def read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """Run ``fn`` in a read-only transaction (no write lock on SQLite)."""
+        try:
+            async with self.read_engine.connect() as conn:
+                async with conn.begin():
+                    return await fn(Tx(conn, self.dialect))
+        except DBAPIError as exc:
+            if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                raise DatabaseUnavailable(type(exc).__name__) from exc
+            raise
+
+    async def ping(self) -> bool:
+        try:
+            async with self.read_engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            return True
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+        if self.read_engine is not self.engine:
+            await self.read_engine.dispose()
+
+
+def null_pool_engine(url: str) -> AsyncEngine:
+    """A short-lived engine for admin commands and migrations."""
+    return create_async_engine(normalize_url(url), poolclass=NullPool)

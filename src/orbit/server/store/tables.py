@@ -1,0 +1,127 @@
+"""Table definitions used by queries. The schema itself is created by migrations."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
+
+from .types import AsciiKey, Bool, Hash, Id, JsonText, Name, Seq, Short, Ts, U32, U64, Utf8Text
+
+metadata = MetaData()
+
+applications = Table(
+    "applications",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("name", Name, nullable=False),
+    Column("paused", Bool, nullable=False),
+    Column("max_concurrency", U32, nullable=False),
+    Column("rate_per_second", U32, nullable=False),
+    Column("max_unfinished_tasks", U64, nullable=False),
+    Column("revision", U64, nullable=False),
+    Column("created_at", Ts, nullable=False),
+    Column("updated_at", Ts, nullable=False),
+    UniqueConstraint("name", name="uq_applications_name"),
+)
+
+namespaces = Table(
+    "namespaces",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("application_id", Id, nullable=False),
+    Column("name", Name, nullable=False),
+    Column("environment", Short, nullable=False),
+    Column("created_at", Ts, nullable=False),
+    UniqueConstraint("application_id", "name", name="uq_namespaces_app_name"),
+)
+
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("application_id", Id, nullable=False),
+    Column("namespace_id", Id, nullable=False),
+    Column("secret_hash", Hash, nullable=False),
+    Column("permissions", JsonText, nullable=False),
+    Column("queue_scope", JsonText, nullable=False),
+    Column("label", Utf8Text, nullable=True),
+    Column("created_at", Ts, nullable=False),
+    Column("revoked_at", Ts, nullable=True),
+    Column("revoke_reason", Utf8Text, nullable=True),
+)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("namespace_id", Id, nullable=False),
+    Column("name", Name, nullable=False),
+    Column("paused", Bool, nullable=False),
+    Column("max_concurrency", U32, nullable=False),
+    Column("rate_per_second", U32, nullable=False),
+    Column("max_unfinished_tasks", U32, nullable=False),
+    Column("revision", U64, nullable=False),
+    Column("retired_at", Ts, nullable=True),
+    Column("created_at", Ts, nullable=False),
+    Column("updated_at", Ts, nullable=False),
+    UniqueConstraint("namespace_id", "name", name="uq_queues_namespace_name"),
+    Index("ix_queues_namespace_id", "namespace_id", "id"),
+)
+
+queue_usage = Table(
+    "queue_usage",
+    metadata,
+    Column("queue_id", Id, primary_key=True),
+    Column("unfinished", U64, nullable=False),
+    Column("permits_in_use", U64, nullable=False),
+    Column("rate_window_start", Ts, nullable=True),
+    Column("rate_window_used", U64, nullable=False),
+    Column("rate_reserved", U64, nullable=False),
+)
+
+idempotency_records = Table(
+    "idempotency_records",
+    metadata,
+    Column("namespace_id", Id, nullable=False),
+    Column("operation", Short, nullable=False),
+    Column("idem_key", AsciiKey, nullable=False),
+    Column("digest", Hash, nullable=False),
+    Column("resource_id", Id, nullable=True),
+    Column("response", JsonText, nullable=True),
+    Column("created_at", Ts, nullable=False),
+    PrimaryKeyConstraint("namespace_id", "operation", "idem_key"),
+    Index("ix_idempotency_records_created_at", "created_at"),
+)
+
+audit_records = Table(
+    "audit_records",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("namespace_id", Id, nullable=True),
+    Column("time", Ts, nullable=False),
+    Column("actor_credential_id", Id, nullable=True),
+    Column("actor", Short, nullable=True),
+    Column("action", Short, nullable=False),
+    Column("resource_type", Short, nullable=False),
+    Column("resource_id", Id, nullable=False),
+    Column("reason", Utf8Text, nullable=True),
+    Column("request_id", Id, nullable=True),
+    Column("idempotency_key", AsciiKey, nullable=True),
+    Column("before", JsonText, nullable=True),
+    Column("after", JsonText, nullable=True),
+    Index("ix_audit_records_namespace_id", "namespace_id", "id"),
+    Index("ix_audit_records_resource_id", "resource_id", "id"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Seq, primary_key=True, autoincrement=True),
+    Column("namespace_id", Id, nullable=False),
+    Column("seq", U64, nullable=True),
+    Column("type", Short, nullable=False),
+    Column("time", Ts, nullable=False),
+    Column("resource_type", Short, nullable=False),
+    Column("resource_id", Id, nullable=False),
+    Column("data", JsonText, nullable=False),
+    Index("ix_events_namespace_seq", "namespace_id", "seq"),
+)
