@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
-REVISION_RE = re.compile(r"^[1-9][0-9]{0,19}$")
-IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
+# `\Z`, not `$`: `$` also matches before a trailing newline, which would let "name\n" through.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}\Z")
+REVISION_RE = re.compile(r"^[1-9][0-9]{0,19}\Z")
+IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,128}\Z")
+# RFC 3339 date-time: seconds required, optional fraction, and an offset of exactly `Z` or `±hh:mm`.
+RFC3339_RE = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})\Z"
+)
 UINT64_MAX = (1 << 64) - 1
 REASON_MAX_CHARS = 1024
 
@@ -36,3 +41,21 @@ def parse_revision(value: str) -> int:
 
 def is_idempotency_key(value: str | None) -> bool:
     return value is not None and bool(IDEMPOTENCY_KEY_RE.match(value))
+
+
+def check_timestamp(value: str) -> str:
+    """RFC 3339 with an explicit offset; kept as text, converted by the server."""
+    from datetime import datetime
+
+    text = value.strip()
+    if not RFC3339_RE.match(text):
+        raise ValueError("must be an RFC 3339 timestamp such as 2026-11-29T22:21:53Z")
+    if text[-1] in "zZ":
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError("must be an RFC 3339 timestamp such as 2026-11-29T22:21:53Z") from None
+    if parsed.tzinfo is None:
+        raise ValueError("must carry an offset such as Z or +01:00")
+    return value

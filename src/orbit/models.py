@@ -8,13 +8,28 @@ uint64 values as decimal strings on the wire and as `int` in Python.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from enum import Enum
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from ._rules import check_name, check_reason, parse_revision
+from ._rules import check_name, check_reason, check_timestamp, parse_revision
 
 __all__ = [
+    "Attempt",
+    "AttemptPage",
+    "BatchItemResult",
+    "BatchSubmitRequest",
+    "BatchSubmitResult",
+    "CancelTaskRequest",
+    "RetryPolicy",
+    "SubmitTaskItem",
+    "SubmitTaskRequest",
+    "SubmitTaskResult",
+    "Task",
+    "TaskError",
+    "TaskPage",
+    "TaskState",
     "ConfigureQueueRequest",
     "CreateQueueRequest",
     "CreateQueueResult",
@@ -110,4 +125,164 @@ class QueuePage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     items: list[Queue]
+    next_cursor: str | None = None
+
+
+# ---------------------------------------------------------------- tasks
+
+
+class TaskState(str, Enum):
+    """Task states; a `str` enum so that `task.state == "SUCCEEDED"` holds."""
+
+    WAITING = "WAITING"
+    LEASED = "LEASED"
+    RUNNING = "RUNNING"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("must not be null")
+    return value
+
+
+Timestamp = Annotated[
+    str,
+    AfterValidator(check_timestamp),
+    WithJsonSchema({"type": "string", "format": "date-time", "description": "RFC 3339 with an offset"}),
+]
+JsonValue = Annotated[Any, AfterValidator(_not_null), WithJsonSchema({"description": "any JSON value except null"})]
+ResourceKeyName = Annotated[str, AfterValidator(check_name)]
+
+
+class RetryPolicy(StrictRequest):
+    """Backoff between attempts: min(max, initial x multiplier^(n-1)) +/- jitter."""
+
+    initial_backoff_ms: int = Field(default=1000, ge=1, le=86_400_000)
+    max_backoff_ms: int = Field(default=60_000, ge=1, le=31_622_400_000)
+    multiplier: float = Field(default=2.0, ge=1.0, le=10.0)
+    jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+
+
+class SubmitTaskRequest(StrictRequest):
+    """Body of `POST /v1/queues/{queue_id}/tasks`. Everything but `payload` is the frozen policy."""
+
+    payload: JsonValue
+    priority: int = Field(default=5, ge=0, le=9, description="0-9, higher first")
+    max_attempts: int = Field(default=3, ge=1, le=100, description="the attempt budget")
+    retry: RetryPolicy | None = Field(default=None, description="backoff policy; omitted: the defaults")
+    on_lease_lost: Literal["review", "retry"] = "review"
+    resource_keys: list[ResourceKeyName] = Field(default_factory=list, max_length=4)
+    available_at: Timestamp | None = None
+    start_deadline_at: Timestamp | None = None
+    deadline_at: Timestamp | None = None
+    deadline_seconds: int | None = Field(default=None, ge=1, le=31_622_400)
+
+
+class SubmitTaskItem(SubmitTaskRequest):
+    """One item of a batch submit: its own idempotency key plus the submit fields."""
+
+    idempotency_key: str = Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")
+
+
+class BatchSubmitRequest(StrictRequest):
+    """Body of `POST /v1/queues/{queue_id}/tasks:batch` (each item validated on its own)."""
+
+    tasks: list[dict[str, Any]] = Field(min_length=1, max_length=500)
+
+
+class CancelTaskRequest(StrictRequest):
+    """Body of `POST /v1/tasks/{task_id}:cancel`."""
+
+    reason: Reason
+
+
+class TaskError(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    code: str
+    message: str
+
+
+class Task(BaseModel):
+    """A task with its frozen policy, state and outcome."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    namespace_id: str
+    queue_id: str
+    schedule_id: str | None = None
+    trigger_at: datetime | None = None
+    state: TaskState
+    payload: Any = None
+    priority: int
+    resource_keys: list[str] = []
+    max_attempts: int
+    attempts: int
+    retry: RetryPolicy
+    on_lease_lost: str
+    available_at: datetime
+    start_deadline_at: datetime | None = None
+    deadline_at: datetime | None = None
+    cancel_requested: bool = False
+    result: Any = None
+    error: TaskError | None = None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class SubmitTaskResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    deduplicated: bool
+    task: Task
+
+
+class BatchItemResult(BaseModel):
+    """Either `deduplicated` + `task`, or `error`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    deduplicated: bool | None = None
+    task: Task | None = None
+    error: TaskError | None = None
+
+
+class BatchSubmitResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    deduplicated: bool
+    results: list[BatchItemResult]
+
+
+class TaskPage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[Task]
+    next_cursor: str | None = None
+
+
+class Attempt(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    number: int
+    node_id: str | None = None
+    worker_session_id: str | None = None
+    leased_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    outcome: str
+    error: TaskError | None = None
+    late_reports: list[Any] = []
+
+
+class AttemptPage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[Attempt]
     next_cursor: str | None = None

@@ -17,10 +17,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .config import Settings
 from .errors import ApiError, invalid_argument, unavailable
-from .http import health, queues
+from .http import health, queues, tasks
 from .http.common import error_body, error_response
 from .http.openapi import install_openapi
 from .services import idempotency
+from .services import tasks as task_service
 from .store import migrate
 from .store.db import Database, DatabaseUnavailable
 
@@ -132,21 +133,24 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks: list[asyncio.Task] = []
+        loops: list[asyncio.Task] = []
         if settings.background_loops:
             retention = timedelta(seconds=settings.idempotency_retention_seconds)
-            tasks.append(
+            loops.append(
                 asyncio.create_task(
                     _every(60, "idempotency_prune", lambda: idempotency.prune(database, retention))
                 )
             )
+            loops.append(asyncio.create_task(
+                _every(0.5, "deadline_sweep", lambda: task_service.sweep_deadlines(database))
+            ))
         try:
             yield
         finally:
             app.state.draining = True
-            for t in tasks:
+            for t in loops:
                 t.cancel()
-            for t in tasks:
+            for t in loops:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
             if owns_db:
@@ -174,6 +178,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     _install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(queues.router)
+    app.include_router(tasks.router)
     install_openapi(app)
     app.add_middleware(RequestIdMiddleware)
     return app

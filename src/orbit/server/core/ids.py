@@ -11,7 +11,7 @@ import re
 import threading
 import time
 
-_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+_ID_RE = re.compile(r"^[0-9a-f]{32}\Z")  # `\Z`: `$` would accept a trailing newline
 _lock = threading.Lock()
 _last_ms = 0
 _seq = 0

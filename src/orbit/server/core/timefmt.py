@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from ..._rules import RFC3339_RE
+
 
 def to_naive_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
@@ -15,20 +17,26 @@ def format_ts(value: datetime | None) -> str | None:
     """`2026-11-29T22:21:53.123456Z` for a naive-UTC or aware datetime."""
     if value is None:
         return None
-    return to_naive_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: `%Y` does not zero-pad years before 1000 on glibc.
+    return to_naive_utc(value).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_rfc3339(value: str) -> datetime:
     """Parse an RFC 3339 timestamp with any offset into naive UTC.
 
-    RFC 3339 requires an offset (`Z` or `±hh:mm`); a bare local time is refused.
+    RFC 3339 requires an offset (`Z` or `±hh:mm`); a bare local time is refused, and
+    so are the other ISO 8601 forms `fromisoformat` would take (`+05`, `+0530`, `.Z`).
     """
     text = value.strip()
-    if len(text) < 20 or text[10] not in "Tt ":
+    if not RFC3339_RE.match(text):
         raise ValueError("not an RFC 3339 timestamp")
     if text[-1] in "zZ":
         text = text[:-1] + "+00:00"
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         raise ValueError("RFC 3339 timestamp needs an offset such as Z")
-    return to_naive_utc(parsed)
+    try:
+        return to_naive_utc(parsed)
+    except OverflowError:
+        # Years 1 and 9999 with an offset leave datetime's range in UTC; callers expect ValueError.
+        raise ValueError("timestamp out of range") from None

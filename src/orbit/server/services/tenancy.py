@@ -10,7 +10,7 @@ from sqlalchemy import or_, select
 
 from ..core.ids import is_id, new_id
 from ..store.db import Tx
-from ..store.tables import applications, credentials, namespaces, queues
+from ..store.tables import application_usage, applications, credentials, namespaces, queues
 from .auth import insert_credential
 from .outbox import Actor, emit, write_audit
 from .queues import insert_queue, queue_json
@@ -35,6 +35,12 @@ async def ensure_application(tx: Tx, name: str) -> dict[str, Any]:
     now = await tx.now()
     values = {"id": new_id(), "name": name, "paused": False, "revision": 1, "created_at": now, "updated_at": now, **APP_DEFAULTS}
     await tx.execute(applications.insert().values(**values))
+    await tx.execute(
+        application_usage.insert().values(
+            application_id=values["id"], unfinished=0, permits_in_use=0, rate_window_start=None,
+            rate_window_used=0, rate_reserved=0,
+        )
+    )
     await write_audit(tx, ADMIN, namespace_id=None, action="application.create", resource_type="application",
                       resource_id=values["id"], after={"id": values["id"], "name": name})
     return values

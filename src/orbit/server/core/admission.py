@@ -1,0 +1,59 @@
+"""Time rules of a submit, evaluated against the database clock (pure: `now` is given)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .timefmt import parse_rfc3339
+
+AVAILABLE_AT_PAST = timedelta(minutes=5)
+AVAILABLE_AT_FUTURE = timedelta(days=366)
+
+
+class TimeRuleError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TaskTimes:
+    available_at: datetime
+    start_deadline_at: datetime | None
+    deadline_at: datetime | None
+
+
+def resolve_times(
+    now: datetime,
+    *,
+    available_at: str | None,
+    start_deadline_at: str | None,
+    deadline_at: str | None,
+    deadline_seconds: int | None,
+) -> TaskTimes:
+    """Check the windows of `tasks.md` and turn the inputs into naive-UTC instants."""
+    if deadline_at is not None and deadline_seconds is not None:
+        raise TimeRuleError("deadline_seconds", "give deadline_at or deadline_seconds, not both")
+    avail = now
+    if available_at is not None:
+        avail = parse_rfc3339(available_at)
+        if avail < now - AVAILABLE_AT_PAST:
+            raise TimeRuleError("available_at", "must not be more than 5 minutes in the past")
+        if avail > now + AVAILABLE_AT_FUTURE:
+            raise TimeRuleError("available_at", "must not be more than 366 days in the future")
+    start_deadline = None
+    if start_deadline_at is not None:
+        start_deadline = parse_rfc3339(start_deadline_at)
+        if start_deadline <= now:
+            raise TimeRuleError("start_deadline_at", "has already passed")
+        if start_deadline <= avail:
+            raise TimeRuleError("start_deadline_at", "must be after available_at")
+    deadline = None
+    if deadline_at is not None:
+        deadline = parse_rfc3339(deadline_at)
+        if deadline <= now:
+            raise TimeRuleError("deadline_at", "has already passed")
+    elif deadline_seconds is not None:
+        deadline = now + timedelta(seconds=deadline_seconds)
+    return TaskTimes(avail, start_deadline, deadline)

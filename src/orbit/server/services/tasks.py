@@ -1,0 +1,580 @@
+"""The producer side of tasks: submit (single and batch), reads, cancel, deadline sweep.
+
+Backlog accounting: the queue's and the application's `unfinished` counters
+change in the same transaction as the state change that causes them, with the
+usage rows locked in the order queue_usage -> application_usage.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from sqlalchemy import and_, select, update
+
+from ...models import CancelTaskRequest, SubmitTaskItem, SubmitTaskRequest
+from ..core import states
+from ..core.admission import TimeRuleError, resolve_times
+from ..core.ids import is_id, new_id
+from ..core.timefmt import format_ts, parse_rfc3339
+from ..errors import (
+    ApiError,
+    application_full,
+    idempotency_conflict,
+    invalid_argument,
+    not_found,
+    queue_full,
+    state_conflict,
+)
+from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
+from ..store.tables import application_usage, applications, idempotency_records, queue_usage, queues, tasks
+from .auth import Principal
+from .idempotency import IdempotencyScope, Outcome, request_digest
+from .outbox import Actor, emit_many, write_audit
+
+OP_SUBMIT = "tasks.submit"
+OP_SUBMIT_BATCH = "tasks.submit_batch"
+OP_CANCEL = "tasks.cancel"
+
+DEFAULT_RETRY = {"initial_backoff_ms": 1000, "max_backoff_ms": 60000, "multiplier": 2.0, "jitter": 0.2}
+
+_TASK_COLS = tuple(c for c in tasks.c if c.name not in ("payload",))
+
+
+def _j(text: str | None) -> Any:
+    return None if text is None else orjson.Fragment(text)
+
+
+def task_json(row: Any, payload: Any = None) -> dict[str, Any]:
+    """The task object of `tasks.md`. Stored JSON columns pass through unparsed."""
+    return {
+        "id": row["id"],
+        "namespace_id": row["namespace_id"],
+        "queue_id": row["queue_id"],
+        "schedule_id": row["schedule_id"],
+        "trigger_at": format_ts(row["trigger_at"]),
+        "state": row["state"],
+        "payload": payload,
+        "priority": int(row["priority"]),
+        "resource_keys": _j(row["resource_keys"]),
+        "max_attempts": int(row["max_attempts"]),
+        "attempts": int(row["attempts"]),
+        "retry": _j(row["retry_policy"]),
+        "on_lease_lost": row["on_lease_lost"],
+        "available_at": format_ts(row["available_at"]),
+        "start_deadline_at": format_ts(row["start_deadline_at"]),
+        "deadline_at": format_ts(row["deadline_at"]),
+        "cancel_requested": bool(row["cancel_requested"]),
+        "result": _j(row["result"]),
+        "error": _j(row["error"]),
+        "created_at": format_ts(row["created_at"]),
+        "updated_at": format_ts(row["updated_at"]),
+        "finished_at": format_ts(row["finished_at"]),
+    }
+
+
+def _event(row: Any, type_: str, **extra: Any) -> tuple[str, str, str, str, dict[str, Any]]:
+    data = {"task_id": row["id"], "queue_id": row["queue_id"], "state": row["state"], **extra}
+    return (row["namespace_id"], type_, "task", row["id"], data)
+
+
+def _snapshot_without_payload(task: dict[str, Any]) -> dict[str, Any]:
+    """Receipts are stored without the payload (immutable, kept on the task) to halve write volume."""
+    return {k: v for k, v in task.items() if k != "payload"}
+
+
+async def _rehydrate(tx: Tx, snapshots: list[dict[str, Any]]) -> None:
+    """Put payloads back into stored task receipts before replaying them."""
+    ids = [s["id"] for s in snapshots if "payload" not in s]
+    if not ids:
+        return
+    rows = await tx.all(select(tasks.c.id, tasks.c.payload).where(tasks.c.id.in_(ids)))
+    payloads = {r["id"]: r["payload"] for r in rows}
+    for s in snapshots:
+        if "payload" not in s:
+            s["payload"] = _j(payloads.get(s["id"]))
+
+
+# ------------------------------------------------------------------ submit
+
+
+@dataclass
+class SubmitCommand:
+    """One task to admit: its identity, validated request, or the validation error."""
+
+    key: str
+    digest: str
+    req: SubmitTaskRequest | None
+    raw: dict[str, Any] | None = None
+    error: ApiError | None = None
+
+
+def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
+    """The same identity whether the task came alone or inside a batch."""
+    return request_digest({"queue_id": queue_id}, fields)
+
+
+def check_payload_size(req: SubmitTaskRequest, limit: int) -> bytes:
+    encoded = orjson.dumps(req.payload)
+    if len(encoded) > limit:
+        raise invalid_argument(f"payload: serialized size {len(encoded)} bytes exceeds the {limit}-byte limit", "payload")
+    return encoded
+
+
+def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int) -> SubmitCommand:
+    """Validate one batch item on its own; its errors name `tasks[i].field`."""
+    from ..http.common import describe_validation_error  # message wording shared with HTTP bodies
+
+    if not isinstance(item, dict):
+        return SubmitCommand("", "", None, error=invalid_argument(f"tasks[{index}]: must be a JSON object", f"tasks[{index}]"))
+    key = item.get("idempotency_key")
+    fields = {k: v for k, v in item.items() if k != "idempotency_key"}
+    try:
+        parsed = SubmitTaskItem.model_validate(item)
+        req = SubmitTaskRequest.model_validate(fields)
+        check_payload_size(req, payload_limit)
+    except ValidationError as exc:
+        err = describe_validation_error(exc)
+        err = invalid_argument(f"tasks[{index}].{err.message}", f"tasks[{index}].{(err.details or {}).get('field', '')}".rstrip("."))
+        return SubmitCommand(key if isinstance(key, str) else "", "", None, error=err)
+    except ApiError as exc:
+        return SubmitCommand(parsed.idempotency_key, "", None, error=invalid_argument(f"tasks[{index}].{exc.message}", f"tasks[{index}].payload"))
+    return SubmitCommand(parsed.idempotency_key, submit_digest(queue_id, fields), req, fields)
+
+
+@dataclass
+class Admission:
+    outcome: Outcome | None = None
+    error: ApiError | None = None
+
+
+async def _load_records(tx: Tx, namespace_id: str, keys: list[str]) -> dict[str, Any]:
+    if not keys:
+        return {}
+    t = idempotency_records
+    rows = await tx.all(
+        select(t.c.idem_key, t.c.digest, t.c.response).where(
+            t.c.namespace_id == namespace_id, t.c.operation == OP_SUBMIT, t.c.idem_key.in_(keys)
+        )
+    )
+    return {r["idem_key"]: r for r in rows}
+
+
+def _new_task_row(
+    principal: Principal, queue_id: str, req: SubmitTaskRequest, now: datetime, payload_text: str
+) -> dict[str, Any]:
+    times = resolve_times(
+        now,
+        available_at=req.available_at,
+        start_deadline_at=req.start_deadline_at,
+        deadline_at=req.deadline_at,
+        deadline_seconds=req.deadline_seconds,
+    )
+    retry = req.retry.model_dump() if req.retry is not None else dict(DEFAULT_RETRY)
+    if retry["max_backoff_ms"] < retry["initial_backoff_ms"]:
+        raise TimeRuleError("retry.max_backoff_ms", "must be at least retry.initial_backoff_ms (default 60000)")
+    return {
+        "id": new_id(),
+        "namespace_id": principal.namespace_id,
+        "application_id": principal.application_id,
+        "queue_id": queue_id,
+        "schedule_id": None,
+        "trigger_at": None,
+        "state": states.WAITING,
+        "payload": payload_text,
+        "priority": req.priority,
+        "resource_keys": orjson.dumps(req.resource_keys).decode(),
+        "max_attempts": req.max_attempts,
+        "attempts": 0,
+        "retry_policy": orjson.dumps(retry).decode(),
+        "on_lease_lost": req.on_lease_lost,
+        "available_at": times.available_at,
+        "start_deadline_at": times.start_deadline_at,
+        "deadline_at": times.deadline_at,
+        "cancel_requested": False,
+        "cancel_reason": None,
+        "result": None,
+        "error": None,
+        "created_at": now,
+        "updated_at": now,
+        "finished_at": None,
+    }
+
+
+async def check_resource_keys(tx: Tx, namespace_id: str, names: list[str]) -> None:
+    """Every named key must exist and not be retired (resource keys arrive with their own issue)."""
+    if len(set(names)) != len(names):
+        raise invalid_argument("resource_keys: names must be distinct", "resource_keys")
+    if names:
+        raise invalid_argument(f"resource_keys: unknown resource key {names[0]!r}", "resource_keys")
+
+
+async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand]) -> list[Admission]:
+    """Admit tasks in order in the caller's transaction: replays first, then the backlog limits."""
+    queue = await tx.one_or_none(
+        select(queues.c.id, queues.c.retired_at, queues.c.max_unfinished_tasks).where(
+            queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id
+        )
+    )
+    if queue is None:
+        raise not_found("queue")
+    records = await _load_records(tx, principal.namespace_id, [c.key for c in commands if c.req is not None])
+    needs_slots = any(c.req is not None and c.key not in records for c in commands)
+
+    unfinished = app_unfinished = app_limit = 0
+    if needs_slots:
+        # Lock order everywhere: queue_usage, then application_usage.
+        unfinished = int(await tx.scalar(
+            select(queue_usage.c.unfinished).where(queue_usage.c.queue_id == queue_id).with_for_update()
+        ))
+        app_unfinished = int(await tx.scalar(
+            select(application_usage.c.unfinished)
+            .where(application_usage.c.application_id == principal.application_id)
+            .with_for_update()
+        ))
+        app_limit = int(await tx.scalar(
+            select(applications.c.max_unfinished_tasks).where(applications.c.id == principal.application_id)
+        ))
+        # Retirement is re-read after the lock so that a concurrent retire is seen.
+        queue = await tx.one_or_none(
+            select(queues.c.id, queues.c.retired_at, queues.c.max_unfinished_tasks).where(queues.c.id == queue_id)
+        )
+    limit = int(queue["max_unfinished_tasks"])
+    now = await tx.now()
+
+    results: list[Admission] = []
+    accepted_rows: list[dict[str, Any]] = []
+    new_records: list[dict[str, Any]] = []
+    replays: list[dict[str, Any]] = []
+    seen: dict[str, tuple[str, dict[str, Any]]] = {}
+    full = app_full = False
+    for cmd in commands:
+        if cmd.req is None:
+            results.append(Admission(error=cmd.error))
+            continue
+        prior = records.get(cmd.key)
+        if prior is not None or cmd.key in seen:
+            digest, snapshot = (
+                (prior["digest"], orjson.loads(prior["response"])) if prior is not None else seen[cmd.key]
+            )
+            if digest != cmd.digest:
+                results.append(Admission(error=idempotency_conflict()))
+                continue
+            task = dict(snapshot["task"])
+            replays.append(task)
+            results.append(Admission(outcome=Outcome(True, {"task": task}, task["id"])))
+            continue
+        if queue["retired_at"] is not None:
+            results.append(Admission(error=state_conflict("the queue is retired; it accepts no new tasks")))
+            continue
+        try:
+            await check_resource_keys(tx, principal.namespace_id, cmd.req.resource_keys)
+            payload_text = orjson.dumps(cmd.req.payload).decode()
+            row = _new_task_row(principal, queue_id, cmd.req, now, payload_text)
+        except TimeRuleError as exc:
+            results.append(Admission(error=invalid_argument(str(exc), exc.field)))
+            continue
+        except ApiError as exc:
+            results.append(Admission(error=exc))
+            continue
+        if full or unfinished >= limit:
+            full = True
+            results.append(Admission(error=queue_full()))
+            continue
+        if app_full or app_unfinished >= app_limit:
+            app_full = True
+            results.append(Admission(error=application_full()))
+            continue
+        unfinished += 1
+        app_unfinished += 1
+        accepted_rows.append(row)
+        task = task_json(row, payload=None)
+        stored = _snapshot_without_payload(task)
+        seen[cmd.key] = (cmd.digest, {"task": stored})
+        new_records.append({
+            "namespace_id": principal.namespace_id, "operation": OP_SUBMIT, "idem_key": cmd.key,
+            "digest": cmd.digest, "resource_id": row["id"],
+            "response": orjson.dumps({"task": stored}).decode(), "created_at": now,
+        })
+        task["payload"] = orjson.Fragment(payload_text)
+        results.append(Admission(outcome=Outcome(False, {"task": task}, row["id"])))
+
+    if accepted_rows:
+        try:
+            await tx.execute(idempotency_records.insert(), new_records)
+        except Exception as exc:
+            if is_duplicate_key(exc):
+                raise RetryTransaction() from exc
+            raise
+        await tx.execute(tasks.insert(), accepted_rows)
+        n = len(accepted_rows)
+        await tx.execute(
+            update(queue_usage).where(queue_usage.c.queue_id == queue_id).values(unfinished=queue_usage.c.unfinished + n)
+        )
+        await tx.execute(
+            update(application_usage)
+            .where(application_usage.c.application_id == principal.application_id)
+            .values(unfinished=application_usage.c.unfinished + n)
+        )
+        await emit_many(tx, [_event(r, "task.submitted", priority=r["priority"]) for r in accepted_rows])
+    await _rehydrate(tx, replays)
+    return results
+
+
+async def submit_task(
+    db: Database, principal: Principal, queue_id: str, cmd: SubmitCommand
+) -> Outcome:
+    async def body(tx: Tx) -> Outcome:
+        (result,) = await admit(tx, principal, queue_id, [cmd])
+        if result.error is not None:
+            raise result.error
+        assert result.outcome is not None
+        return result.outcome
+
+    return await db.transaction(body)
+
+
+def _item_json(a: Admission) -> dict[str, Any]:
+    if a.error is not None:
+        return {"error": {"code": a.error.code, "message": a.error.message}}
+    assert a.outcome is not None
+    return {"deduplicated": a.outcome.deduplicated, **a.outcome.data}
+
+
+async def submit_batch(
+    db: Database, principal: Principal, queue_id: str, scope: IdempotencyScope, commands: list[SubmitCommand]
+) -> Outcome:
+    """One transaction for the whole batch; the batch key only recognises a replay of the batch."""
+    from .idempotency import lookup, record, reserve
+
+    async def body(tx: Tx) -> Outcome:
+        previous = await lookup(tx, scope)
+        if previous is not None:
+            snapshots = [r["task"] for r in previous.data["results"] if "task" in r]
+            await _rehydrate(tx, snapshots)
+            return previous
+        await reserve(tx, scope)
+        results = await admit(tx, principal, queue_id, commands)
+        items = [_item_json(a) for a in results]
+        stored = [
+            {**i, "task": _snapshot_without_payload(i["task"])} if "task" in i else i for i in items
+        ]
+        await record(tx, scope, {"results": stored}, queue_id)
+        return Outcome(False, {"results": items}, queue_id)
+
+    return await db.transaction(body)
+
+
+# ------------------------------------------------------------------ reads
+
+
+async def _visible_task(tx: Tx, principal: Principal, task_id: str, *, lock: bool = False) -> Any:
+    if not is_id(task_id):
+        raise not_found("task")
+    stmt = select(*_TASK_COLS).where(tasks.c.id == task_id, tasks.c.namespace_id == principal.namespace_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    row = await tx.one_or_none(stmt)
+    if row is None or not principal.can_see_queue(row["queue_id"]):
+        raise not_found("task")
+    return row
+
+
+async def get_task(db: Database, principal: Principal, task_id: str) -> dict[str, Any]:
+    async def read(tx: Tx):
+        if not is_id(task_id):
+            raise not_found("task")
+        row = await tx.one_or_none(
+            select(tasks).where(tasks.c.id == task_id, tasks.c.namespace_id == principal.namespace_id)
+        )
+        if row is None or not principal.can_see_queue(row["queue_id"]):
+            raise not_found("task")
+        return task_json(row, _j(row["payload"]))
+
+    return await db.read(read)
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    states: tuple[str, ...] = ()
+    schedule_id: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+def parse_task_filter(
+    states_param: list[str], schedule_id: str | None, created_after: str | None, created_before: str | None
+) -> TaskFilter:
+    for s in states_param:
+        if s not in states.ALL_STATES:
+            raise invalid_argument(f"state: {s!r} is not one of {', '.join(states.ALL_STATES)}", "state")
+
+    def ts(value: str | None, name: str) -> datetime | None:
+        if value is None:
+            return None
+        try:
+            return parse_rfc3339(value)
+        except ValueError:
+            raise invalid_argument(f"{name}: must be an RFC 3339 timestamp", name) from None
+
+    return TaskFilter(tuple(dict.fromkeys(states_param)), schedule_id, ts(created_after, "created_after"),
+                      ts(created_before, "created_before"))
+
+
+async def list_tasks(
+    db: Database, principal: Principal, queue_id: str, flt: TaskFilter, *, limit: int, before_id: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first; the cursor is the last id returned (ids are time-ordered)."""
+    principal.require_queue(queue_id)
+    stmt = select(tasks).where(tasks.c.queue_id == queue_id).order_by(tasks.c.id.desc()).limit(limit + 1)
+    if flt.states:
+        stmt = stmt.where(tasks.c.state.in_(flt.states))
+    if flt.schedule_id is not None:
+        stmt = stmt.where(tasks.c.schedule_id == flt.schedule_id)
+    if flt.created_after is not None:
+        stmt = stmt.where(tasks.c.created_at > flt.created_after)
+    if flt.created_before is not None:
+        stmt = stmt.where(tasks.c.created_at < flt.created_before)
+    if before_id is not None:
+        stmt = stmt.where(tasks.c.id < before_id)
+
+    async def read(tx: Tx):
+        exists = await tx.scalar(
+            select(queues.c.id).where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
+        )
+        if exists is None:
+            raise not_found("queue")
+        return await tx.all(stmt)
+
+    rows = await db.read(read)
+    items = [task_json(r, _j(r["payload"])) for r in rows[:limit]]
+    return items, (items[-1]["id"] if len(rows) > limit else None)
+
+
+async def list_attempts(
+    db: Database, principal: Principal, task_id: str, *, limit: int, after_number: int | None
+) -> tuple[list[dict[str, Any]], int | None]:
+    """Attempts of a task; none exist until workers start them."""
+
+    async def read(tx: Tx):
+        await _visible_task(tx, principal, task_id)
+        return []
+
+    await db.read(read)
+    return [], None
+
+
+# ------------------------------------------------------------------ state changes
+
+
+async def release_slots(tx: Tx, counts: dict[tuple[str, str], int]) -> None:
+    """Give back backlog slots for tasks that just became terminal.
+
+    ``counts`` maps (queue_id, application_id) to a number of tasks; rows are
+    updated in sorted order, queues before applications, so concurrent
+    releasers never deadlock on each other.
+    """
+    per_queue: dict[str, int] = defaultdict(int)
+    per_app: dict[str, int] = defaultdict(int)
+    for (q, a), n in counts.items():
+        per_queue[q] += n
+        per_app[a] += n
+    for q in sorted(per_queue):
+        await tx.execute(
+            update(queue_usage).where(queue_usage.c.queue_id == q)
+            .values(unfinished=queue_usage.c.unfinished - per_queue[q])
+        )
+    for a in sorted(per_app):
+        await tx.execute(
+            update(application_usage).where(application_usage.c.application_id == a)
+            .values(unfinished=application_usage.c.unfinished - per_app[a])
+        )
+
+
+async def cancel_task(
+    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: CancelTaskRequest
+) -> Outcome:
+    from .idempotency import lookup, record, reserve
+
+    async def body(tx: Tx) -> Outcome:
+        row = await _visible_task(tx, principal, task_id, lock=True)
+        previous = await lookup(tx, scope)
+        if previous is not None:
+            await _rehydrate(tx, [previous.data["task"]])
+            return previous
+        await reserve(tx, scope)
+        state = row["state"]
+        if state in states.TERMINAL:
+            raise state_conflict(f"the task is already {state}", state=state)
+        if state == states.NEEDS_REVIEW:
+            raise state_conflict("the task awaits review; resolve it with :review", state=state)
+        if state != states.WAITING:
+            raise state_conflict(f"cancelling a {state} task is not supported yet", state=state)
+        now = await tx.now()
+        changes = {"state": states.CANCELLED, "cancel_reason": req.reason, "updated_at": now, "finished_at": now}
+        await tx.execute(
+            update(tasks).where(and_(tasks.c.id == task_id, tasks.c.state == states.WAITING)).values(**changes)
+        )
+        await release_slots(tx, {(row["queue_id"], row["application_id"]): 1})
+        before = task_json(row)
+        after = task_json({**dict(row), **changes})
+        del before["payload"], after["payload"]
+        await write_audit(
+            tx, actor, namespace_id=row["namespace_id"], action="task.cancel", resource_type="task",
+            resource_id=task_id, reason=req.reason, before=before, after=after,
+        )
+        await emit_many(tx, [_event({**dict(row), **changes}, "task.cancelled", reason=req.reason)])
+        await record(tx, scope, {"task": after}, task_id)
+        await _rehydrate(tx, [after])
+        return Outcome(False, {"task": after}, task_id)
+
+    return await db.transaction(body)
+
+
+async def sweep_deadlines(db: Database, batch: int = 500) -> int:
+    """End waiting tasks whose total or start deadline passed, as FAILED, releasing their slots.
+
+    Every node runs this; `SKIP LOCKED` divides the rows between them.
+    """
+
+    async def body(tx: Tx) -> int:
+        now = await tx.now()
+        cols = (tasks.c.id, tasks.c.namespace_id, tasks.c.queue_id, tasks.c.application_id,
+                tasks.c.deadline_at, tasks.c.start_deadline_at, tasks.c.state)
+        found: dict[str, Any] = {}
+        for col in (tasks.c.deadline_at, tasks.c.start_deadline_at):
+            rows = await tx.all(
+                select(*cols).where(tasks.c.state == states.WAITING, col <= now)
+                .order_by(col).limit(batch).with_for_update(skip_locked=True)
+            )
+            for r in rows:
+                found[r["id"]] = r
+        if not found:
+            return 0
+        by_code: dict[str, list[Any]] = defaultdict(list)
+        for r in found.values():
+            dl, sdl = r["deadline_at"], r["start_deadline_at"]
+            total_first = dl is not None and dl <= now and (sdl is None or sdl > now or dl <= sdl)
+            by_code["DEADLINE_EXCEEDED" if total_first else "START_DEADLINE_EXCEEDED"].append(r)
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        events = []
+        for code, rows in by_code.items():
+            message = "the total deadline passed" if code == "DEADLINE_EXCEEDED" else "the start deadline passed before any start"
+            error = orjson.dumps({"code": code, "message": message}).decode()
+            ids = [r["id"] for r in rows]
+            await tx.execute(
+                update(tasks).where(tasks.c.id.in_(ids), tasks.c.state == states.WAITING)
+                .values(state=states.FAILED, error=error, updated_at=now, finished_at=now)
+            )
+            for r in rows:
+                counts[(r["queue_id"], r["application_id"])] += 1
+                events.append(_event({**dict(r), "state": states.FAILED}, "task.failed", error={"code": code, "message": message}))
+        await release_slots(tx, counts)
+        await emit_many(tx, events)
+        return len(found)
+
+    return await db.transaction(body)
