@@ -59,6 +59,9 @@ def dialect_of(url: str) -> str:
 
 
 def sqlite_path(url: str) -> str | None:
+    """The file behind a SQLite URL; None for MySQL or an in-memory database."""
+    if dialect_of(normalize_url(url)) != "sqlite":
+        return None
     u = make_url(normalize_url(url))
     return u.database if u.database and u.database != ":memory:" else None
 
