@@ -1,0 +1,118 @@
+"""Submit throughput: single submits (concurrent clients) and batch submits (500 per request).
+
+    python bench/submit.py                       # fresh MariaDB database + one orbit server node
+    python bench/submit.py --url URL --credentials FILE   # against a running server
+
+Prints tasks/s and per-request latency percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._harness import environment, percentile  # noqa: E402
+
+
+async def make_queue(client: httpx.AsyncClient) -> str:
+    r = await client.post(
+        "/v1/queues",
+        json={"name": f"bench-{uuid.uuid4().hex[:8]}", "max_concurrency": 100, "rate_per_second": 1000,
+              "max_unfinished_tasks": 1_000_000},
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+    )
+    r.raise_for_status()
+    return r.json()["data"]["queue"]["id"]
+
+
+async def single(client: httpx.AsyncClient, queue_id: str, total: int, concurrency: int) -> dict:
+    latencies: list[float] = []
+    counter = iter(range(total))
+    errors = 0
+
+    async def worker() -> None:
+        nonlocal errors
+        for i in counter:
+            t0 = time.perf_counter()
+            r = await client.post(f"/v1/queues/{queue_id}/tasks", json={"payload": {"i": i}},
+                                  headers={"Idempotency-Key": f"s-{uuid.uuid4().hex}"})
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if r.status_code != 201:
+                errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    return {"scenario": "single_submit", "tasks": total, "concurrency": concurrency, "seconds": round(elapsed, 3),
+            "tasks_per_s": round(total / elapsed, 1), "p50_ms": round(percentile(latencies, 50), 2),
+            "p99_ms": round(percentile(latencies, 99), 2), "errors": errors}
+
+
+async def batch(client: httpx.AsyncClient, queue_id: str, batches: int, size: int, concurrency: int) -> dict:
+    latencies: list[float] = []
+    counter = iter(range(batches))
+    errors = 0
+
+    async def worker() -> None:
+        nonlocal errors
+        for b in counter:
+            items = [{"idempotency_key": f"b-{uuid.uuid4().hex}", "payload": {"b": b, "i": i}} for i in range(size)]
+            t0 = time.perf_counter()
+            r = await client.post(f"/v1/queues/{queue_id}/tasks:batch", json={"tasks": items},
+                                  headers={"Idempotency-Key": uuid.uuid4().hex})
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if r.status_code != 200 or any("error" in x for x in r.json()["data"]["results"]):
+                errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    total = batches * size
+    return {"scenario": "batch_submit", "tasks": total, "batch_size": size, "concurrency": concurrency,
+            "seconds": round(elapsed, 3), "tasks_per_s": round(total / elapsed, 1),
+            "p50_ms_per_batch": round(percentile(latencies, 50), 2),
+            "p99_ms_per_batch": round(percentile(latencies, 99), 2), "errors": errors}
+
+
+async def run(urls: list[str], token: str, args) -> list[dict]:
+    limits = httpx.Limits(max_connections=args.concurrency * 2, max_keepalive_connections=args.concurrency * 2)
+    async with httpx.AsyncClient(base_url=urls[0], headers={"Authorization": f"Bearer {token}"},
+                                 timeout=60, limits=limits) as client:
+        queue_id = await make_queue(client)
+        await single(client, queue_id, min(200, args.single), 8)  # warm-up
+        results = [await single(client, queue_id, args.single, args.concurrency)]
+        results.append(await batch(client, queue_id, args.batches, args.batch_size, args.batch_concurrency))
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url")
+    ap.add_argument("--credentials", type=Path)
+    ap.add_argument("--database-url", help="use this database instead of a fresh MariaDB one")
+    ap.add_argument("--single", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--batches", type=int, default=60)
+    ap.add_argument("--batch-size", type=int, default=500)
+    ap.add_argument("--batch-concurrency", type=int, default=4)
+    args = ap.parse_args()
+    if args.url:
+        token = json.loads(args.credentials.read_text())["token"]
+        results = asyncio.run(run([args.url], token, args))
+    else:
+        with environment(args.database_url) as (urls, creds):
+            results = asyncio.run(run(urls, creds["token"], args))
+    for r in results:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
