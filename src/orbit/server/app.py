@@ -20,6 +20,9 @@ from .errors import ApiError, invalid_argument, unavailable
 from .http import health, queues, tasks
 from .http.common import error_body, error_response
 from .http.openapi import install_openapi
+from .ws import route as worker_route
+from .ws.hub import WorkerHub
+from .services import dispatch
 from .services import idempotency
 from .services import tasks as task_service
 from .store import migrate
@@ -134,6 +137,8 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loops: list[asyncio.Task] = []
+        hub: WorkerHub = app.state.hub
+        hub.start()
         if settings.background_loops:
             retention = timedelta(seconds=settings.idempotency_retention_seconds)
             loops.append(
@@ -144,6 +149,9 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
             loops.append(asyncio.create_task(
                 _every(0.5, "deadline_sweep", lambda: task_service.sweep_deadlines(database))
             ))
+            loops.append(asyncio.create_task(
+                _every(0.5, "lease_recovery", lambda: dispatch.recover_expired_leases(database))
+            ))
         try:
             yield
         finally:
@@ -153,6 +161,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
             for t in loops:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+            await hub.stop()
             if owns_db:
                 await database.close()
 
@@ -167,6 +176,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = database
     app.state.draining = False
+    app.state.hub = WorkerHub(database, settings.node_id)
 
     async def schema_is_current() -> bool:
         try:
@@ -179,6 +189,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(queues.router)
     app.include_router(tasks.router)
+    app.include_router(worker_route.router)
     install_openapi(app)
     app.add_middleware(RequestIdMiddleware)
     return app

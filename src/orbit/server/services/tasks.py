@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 from sqlalchemy import and_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from ...models import CancelTaskRequest, SubmitTaskItem, SubmitTaskRequest
 from ..core import states
@@ -213,116 +214,180 @@ async def check_resource_keys(tx: Tx, namespace_id: str, names: list[str]) -> No
         raise invalid_argument(f"resource_keys: unknown resource key {names[0]!r}", "resource_keys")
 
 
-async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand]) -> list[Admission]:
-    """Admit tasks in order in the caller's transaction: replays first, then the backlog limits."""
-    queue = await tx.one_or_none(
-        select(queues.c.id, queues.c.retired_at, queues.c.max_unfinished_tasks).where(
-            queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id
-        )
+async def _lock_queue_for_admission(tx: Tx, principal: Principal, queue_id: str) -> Any:
+    """Share-lock the queue row: configure and retire (which take it exclusively) wait for us."""
+    queue = await tx.one_with_now(
+        select(queues.c.id, queues.c.retired_at, queues.c.max_unfinished_tasks)
+        .where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
+        .with_for_update(read=True)
     )
     if queue is None:
         raise not_found("queue")
-    records = await _load_records(tx, principal.namespace_id, [c.key for c in commands if c.req is not None])
-    needs_slots = any(c.req is not None and c.key not in records for c in commands)
+    return queue
 
-    unfinished = app_unfinished = app_limit = 0
-    if needs_slots:
-        # Lock order everywhere: queue_usage, then application_usage.
-        unfinished = int(await tx.scalar(
-            select(queue_usage.c.unfinished).where(queue_usage.c.queue_id == queue_id).with_for_update()
-        ))
-        app_unfinished = int(await tx.scalar(
-            select(application_usage.c.unfinished)
-            .where(application_usage.c.application_id == principal.application_id)
-            .with_for_update()
-        ))
-        app_limit = int(await tx.scalar(
-            select(applications.c.max_unfinished_tasks).where(applications.c.id == principal.application_id)
-        ))
-        # Retirement is re-read after the lock so that a concurrent retire is seen.
-        queue = await tx.one_or_none(
-            select(queues.c.id, queues.c.retired_at, queues.c.max_unfinished_tasks).where(queues.c.id == queue_id)
-        )
-    limit = int(queue["max_unfinished_tasks"])
+
+@dataclass
+class _Candidate:
+    index: int
+    cmd: SubmitCommand
+    row: dict[str, Any]
+
+
+async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand]) -> list[Admission]:
+    """Admit tasks in order in the caller's transaction: replays first, then the backlog limits.
+
+    Lock order: queue row (shared), then queue_usage, then application_usage.
+    """
+    queue = await _lock_queue_for_admission(tx, principal, queue_id)
     now = await tx.now()
+    records = await _load_records(tx, principal.namespace_id, [c.key for c in commands if c.req is not None])
 
-    results: list[Admission] = []
-    accepted_rows: list[dict[str, Any]] = []
-    new_records: list[dict[str, Any]] = []
+    results: list[Admission | None] = [None] * len(commands)
     replays: list[dict[str, Any]] = []
-    seen: dict[str, tuple[str, dict[str, Any]]] = {}
-    full = app_full = False
-    for cmd in commands:
+    candidates: list[_Candidate] = []
+    first_digest: dict[str, str] = {}
+    for i, cmd in enumerate(commands):
         if cmd.req is None:
-            results.append(Admission(error=cmd.error))
+            results[i] = Admission(error=cmd.error)
             continue
         prior = records.get(cmd.key)
-        if prior is not None or cmd.key in seen:
-            digest, snapshot = (
-                (prior["digest"], orjson.loads(prior["response"])) if prior is not None else seen[cmd.key]
-            )
-            if digest != cmd.digest:
-                results.append(Admission(error=idempotency_conflict()))
+        if prior is not None:
+            if prior["digest"] != cmd.digest:
+                results[i] = Admission(error=idempotency_conflict())
                 continue
-            task = dict(snapshot["task"])
+            task = dict(orjson.loads(prior["response"])["task"])
             replays.append(task)
-            results.append(Admission(outcome=Outcome(True, {"task": task}, task["id"])))
+            results[i] = Admission(outcome=Outcome(True, {"task": task}, task["id"]))
             continue
+        if cmd.key in first_digest:  # the same key earlier in this batch: resolved below
+            continue
+        first_digest[cmd.key] = cmd.digest
         if queue["retired_at"] is not None:
-            results.append(Admission(error=state_conflict("the queue is retired; it accepts no new tasks")))
+            results[i] = Admission(error=state_conflict("the queue is retired; it accepts no new tasks"))
             continue
         try:
             await check_resource_keys(tx, principal.namespace_id, cmd.req.resource_keys)
-            payload_text = orjson.dumps(cmd.req.payload).decode()
-            row = _new_task_row(principal, queue_id, cmd.req, now, payload_text)
+            row = _new_task_row(principal, queue_id, cmd.req, now, orjson.dumps(cmd.req.payload).decode())
         except TimeRuleError as exc:
-            results.append(Admission(error=invalid_argument(str(exc), exc.field)))
+            results[i] = Admission(error=invalid_argument(str(exc), exc.field))
             continue
         except ApiError as exc:
-            results.append(Admission(error=exc))
+            results[i] = Admission(error=exc)
             continue
-        if full or unfinished >= limit:
-            full = True
-            results.append(Admission(error=queue_full()))
-            continue
-        if app_full or app_unfinished >= app_limit:
-            app_full = True
-            results.append(Admission(error=application_full()))
-            continue
-        unfinished += 1
-        app_unfinished += 1
-        accepted_rows.append(row)
-        task = task_json(row, payload=None)
-        stored = _snapshot_without_payload(task)
-        seen[cmd.key] = (cmd.digest, {"task": stored})
-        new_records.append({
-            "namespace_id": principal.namespace_id, "operation": OP_SUBMIT, "idem_key": cmd.key,
-            "digest": cmd.digest, "resource_id": row["id"],
-            "response": orjson.dumps({"task": stored}).decode(), "created_at": now,
-        })
-        task["payload"] = orjson.Fragment(payload_text)
-        results.append(Admission(outcome=Outcome(False, {"task": task}, row["id"])))
+        candidates.append(_Candidate(i, cmd, row))
 
-    if accepted_rows:
-        try:
-            await tx.execute(idempotency_records.insert(), new_records)
-        except Exception as exc:
-            if is_duplicate_key(exc):
-                raise RetryTransaction() from exc
-            raise
-        await tx.execute(tasks.insert(), accepted_rows)
-        n = len(accepted_rows)
+    if len(candidates) == 1 and len(commands) == 1:
+        # Rows first, hot usage rows last: their locks are then held only until the commit.
+        accepted = candidates
+        await _insert_accepted(tx, principal, accepted, now)
+        await _take_one_slot(tx, principal, queue_id)
+    else:
+        accepted = await _admit_many(tx, principal, queue, candidates, results)
+        if accepted:
+            await _insert_accepted(tx, principal, accepted, now)
+    for c in accepted:
+        task = task_json(c.row, payload=orjson.Fragment(c.row["payload"]))
+        results[c.index] = Admission(outcome=Outcome(False, {"task": task}, c.row["id"]))
+
+    # Later items reusing a key of this batch replay (or conflict with) its first use.
+    first_result = {commands[i].key: r for i, r in enumerate(results) if r is not None and commands[i].req is not None}
+    for i, cmd in enumerate(commands):
+        if results[i] is None:
+            first = first_result[cmd.key]
+            if first_digest[cmd.key] != cmd.digest:
+                results[i] = Admission(error=idempotency_conflict())
+            elif first.outcome is not None:
+                results[i] = Admission(outcome=Outcome(True, first.outcome.data, first.outcome.resource_id))
+            else:
+                results[i] = first
+    await _rehydrate(tx, replays)
+    return [r for r in results if r is not None]
+
+
+async def _take_one_slot(tx: Tx, principal: Principal, queue_id: str) -> None:
+    """Single submit: one conditional UPDATE per usage row checks the limit and takes the slot."""
+    q = queue_usage
+    taken = await tx.execute(
+        update(q)
+        .where(q.c.queue_id == queue_id,
+               q.c.unfinished < select(queues.c.max_unfinished_tasks).where(queues.c.id == queue_id).scalar_subquery())
+        .values(unfinished=q.c.unfinished + 1)
+    )
+    if taken.rowcount != 1:
+        raise queue_full()
+    a = application_usage
+    app_taken = await tx.execute(
+        update(a)
+        .where(a.c.application_id == principal.application_id,
+               a.c.unfinished < select(applications.c.max_unfinished_tasks)
+               .where(applications.c.id == principal.application_id).scalar_subquery())
+        .values(unfinished=a.c.unfinished + 1)
+    )
+    if app_taken.rowcount != 1:
+        raise application_full()
+
+
+async def _admit_many(
+    tx: Tx, principal: Principal, queue: Any, candidates: list[_Candidate], results: list[Admission | None]
+) -> list[_Candidate]:
+    """Batch: lock the usage rows once, accept in order until a limit is reached."""
+    if not candidates:
+        return []
+    unfinished = int(await tx.scalar(
+        select(queue_usage.c.unfinished).where(queue_usage.c.queue_id == queue["id"]).with_for_update()
+    ))
+    app_unfinished = int(await tx.scalar(
+        select(application_usage.c.unfinished)
+        .where(application_usage.c.application_id == principal.application_id)
+        .with_for_update()
+    ))
+    app_limit = int(await tx.scalar(
+        select(applications.c.max_unfinished_tasks).where(applications.c.id == principal.application_id)
+    ))
+    queue_room = max(0, int(queue["max_unfinished_tasks"]) - unfinished)
+    app_room = max(0, app_limit - app_unfinished)
+    accepted: list[_Candidate] = []
+    full = app_full = False
+    for cand in candidates:
+        if full or len(accepted) >= queue_room:
+            full = True
+            results[cand.index] = Admission(error=queue_full())
+        elif app_full or len(accepted) >= app_room:
+            app_full = True
+            results[cand.index] = Admission(error=application_full())
+        else:
+            accepted.append(cand)
+    if accepted:
+        n = len(accepted)
         await tx.execute(
-            update(queue_usage).where(queue_usage.c.queue_id == queue_id).values(unfinished=queue_usage.c.unfinished + n)
+            update(queue_usage).where(queue_usage.c.queue_id == queue["id"])
+            .values(unfinished=queue_usage.c.unfinished + n)
         )
         await tx.execute(
-            update(application_usage)
-            .where(application_usage.c.application_id == principal.application_id)
+            update(application_usage).where(application_usage.c.application_id == principal.application_id)
             .values(unfinished=application_usage.c.unfinished + n)
         )
-        await emit_many(tx, [_event(r, "task.submitted", priority=r["priority"]) for r in accepted_rows])
-    await _rehydrate(tx, replays)
-    return results
+    return accepted
+
+
+async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candidate], now: datetime) -> None:
+    """Tasks, their receipts (without payload) and `task.submitted` events, one statement each."""
+    records = []
+    for c in accepted:
+        stored = _snapshot_without_payload(task_json(c.row))
+        records.append({
+            "namespace_id": principal.namespace_id, "operation": OP_SUBMIT, "idem_key": c.cmd.key,
+            "digest": c.cmd.digest, "resource_id": c.row["id"],
+            "response": orjson.dumps({"task": stored}).decode(), "created_at": now,
+        })
+    try:
+        await tx.execute(idempotency_records.insert(), records)
+    except IntegrityError as exc:
+        if is_duplicate_key(exc):  # a concurrent request holds one of these keys: replay it
+            raise RetryTransaction() from exc
+        raise
+    await tx.execute(tasks.insert(), [c.row for c in accepted])
+    await emit_many(tx, [_event(c.row, "task.submitted", priority=c.row["priority"]) for c in accepted])
 
 
 async def submit_task(

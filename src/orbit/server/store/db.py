@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import structlog
-from sqlalchemy import event, text
+from sqlalchemy import event, literal_column, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -110,6 +110,17 @@ class Tx:
                 self._now = datetime.now(timezone.utc).replace(tzinfo=None)
         return self._now
 
+    async def one_with_now(self, statement: Any):
+        """Run a single-row SELECT and read the database clock in the same round trip."""
+        if self.dialect == "mysql" and self._now is None:
+            row = (await self.conn.execute(statement.add_columns(literal_column("NOW(6)").label("_db_now")))).mappings().one_or_none()
+            if row is not None:
+                self._now = row["_db_now"]
+                return row
+            return None
+        await self.now()
+        return await self.one_or_none(statement)
+
     @property
     def is_mysql(self) -> bool:
         return self.dialect == "mysql"
@@ -141,7 +152,6 @@ class Database:
                 pool_size=pool_size,
                 max_overflow=pool_size,
                 pool_recycle=1800,
-                pool_pre_ping=True,
                 isolation_level="READ COMMITTED",
                 echo=echo,
             )
@@ -200,7 +210,8 @@ class Database:
                         committing = True
                 return result
             except Exception as exc:
-                if _is_retryable(exc, self.dialect) and attempt < MAX_ATTEMPTS:
+                stale = isinstance(exc, DBAPIError) and exc.connection_invalidated and not committing
+                if (stale or _is_retryable(exc, self.dialect)) and attempt < MAX_ATTEMPTS:
                     await asyncio.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 7))))
                     continue
                 if isinstance(exc, DBAPIError) and not isinstance(exc, IntegrityError):
@@ -216,14 +227,18 @@ class Database:
 
     async def read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run ``fn`` in a read-only transaction (no write lock on SQLite)."""
-        try:
-            async with self.read_engine.connect() as conn:
-                async with conn.begin():
-                    return await fn(Tx(conn, self.dialect))
-        except DBAPIError as exc:
-            if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                raise DatabaseUnavailable(type(exc).__name__) from exc
-            raise
+        for attempt in (1, 2):
+            try:
+                async with self.read_engine.connect() as conn:
+                    async with conn.begin():
+                        return await fn(Tx(conn, self.dialect))
+            except DBAPIError as exc:
+                if exc.connection_invalidated and attempt == 1:
+                    continue
+                if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                    raise DatabaseUnavailable(type(exc).__name__) from exc
+                raise
+        raise AssertionError("unreachable")
 
     async def ping(self) -> bool:
         try:

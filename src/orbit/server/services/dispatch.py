@@ -1,0 +1,596 @@
+"""The execution half: claim, Start authorization, renew, complete, release, lease recovery.
+
+Every operation takes a *list* of commands and runs them in one transaction so
+that a node can group-commit whatever frames arrived together. Locks are taken
+in one order everywhere: task rows (sorted), then lease rows, then usage rows
+(sorted, queues before applications). A claim holds its queue's usage row
+first and only skip-locks task rows, so it never waits behind that order.
+
+Replies are plain dicts: ``{"ok": True, ...}`` or ``{"ok": False, "error": {...}}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from sqlalchemy import select, update
+
+from ..core import states
+from ..core.backoff import backoff_ms
+from ..core.ids import new_id
+from ..core.rate_window import RateWindow, authorize_start, claim_room
+from ..core.timefmt import format_ts
+from ..store.db import Database, Tx
+from ..store.tables import leases, queue_usage, queues, tasks, worker_claims
+from .auth import Principal
+from .outbox import emit_many
+from .usage import UsageChanges
+
+DEFAULT_LEASE_MS = 30_000
+MAX_LEASE_MS = 600_000
+HEARTBEAT_MS = 10_000
+MAX_LATE_REPORTS = 20
+
+LEASED, RUNNING, ENDED = "LEASED", "RUNNING", "ENDED"
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """Who sends worker commands: the credential, its session and the nodes involved."""
+
+    principal: Principal
+    session_id: str
+    worker_node_id: str
+    server_node_id: str
+
+
+def ok(**fields: Any) -> dict[str, Any]:
+    return {"ok": True, **fields}
+
+
+def fail(code: str, message: str, retry_after_ms: int | None = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if retry_after_ms is not None:
+        err["retry_after_ms"] = int(retry_after_ms)
+    return {"ok": False, "error": err}
+
+
+def _j(text: str | None) -> Any:
+    return None if text is None else orjson.Fragment(text)
+
+
+def _ms(delta: timedelta) -> int:
+    return max(0, int(delta / timedelta(milliseconds=1)))
+
+
+def _task_event(task: Any, type_: str, state: str, **extra: Any) -> tuple[str, str, str, str, dict[str, Any]]:
+    return (task["namespace_id"], type_, "task", task["id"],
+            {"task_id": task["id"], "queue_id": task["queue_id"], "state": state, **extra})
+
+
+def lease_json(lease: dict[str, Any], task: Any, payload: Any) -> dict[str, Any]:
+    return {
+        "lease_id": lease["id"],
+        "task_id": task["id"],
+        "queue_id": task["queue_id"],
+        "attempt": int(lease["attempt"]),
+        "payload": payload,
+        "priority": int(task["priority"]),
+        "lease_expires_at": format_ts(lease["expires_at"]),
+        "start_deadline_at": format_ts(task["start_deadline_at"]),
+        "deadline_at": format_ts(task["deadline_at"]),
+        "resource_keys": _j(task["resource_keys"]),
+    }
+
+
+# ------------------------------------------------------------------ claim
+
+
+async def claim(
+    db: Database, who: WorkerIdentity, queue_id: str, *, max_tasks: int, lease_ms: int, msg_id: str
+) -> dict[str, Any]:
+    """Lease up to `max_tasks` due tasks in dispatch order within the queue's free permits and rate space."""
+    cred = who.principal.credential_id
+
+    async def body(tx: Tx) -> dict[str, Any]:
+        prior = await tx.one_or_none(
+            select(worker_claims.c.response).where(worker_claims.c.credential_id == cred,
+                                                   worker_claims.c.msg_id == msg_id)
+        )
+        if prior is not None:
+            granted = orjson.loads(prior["response"])
+            await _rehydrate_payloads(tx, granted)
+            return ok(tasks=granted)
+        q = await tx.one_or_none(
+            select(queues.c.paused, queues.c.retired_at, queues.c.max_concurrency, queues.c.rate_per_second)
+            .where(queues.c.id == queue_id, queues.c.namespace_id == who.principal.namespace_id)
+        )
+        if q is None:
+            return fail("NOT_FOUND", "queue not found")
+        if q["retired_at"] is not None:
+            return fail("STATE_CONFLICT", "the queue is retired")
+        if q["paused"]:
+            return ok(tasks=[])
+        usage = await tx.one_with_now(
+            select(queue_usage).where(queue_usage.c.queue_id == queue_id).with_for_update()
+        )
+        now = await tx.now()
+        window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
+        # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
+        q = await tx.one_or_none(
+            select(queues.c.paused, queues.c.max_concurrency, queues.c.rate_per_second).where(queues.c.id == queue_id)
+        )
+        if q["paused"]:
+            return ok(tasks=[])
+        grant = min(
+            max_tasks,
+            int(q["max_concurrency"]) - int(usage["permits_in_use"]),
+            claim_room(window, int(q["rate_per_second"]), now),
+        )
+        if grant <= 0:
+            return ok(tasks=[])
+        candidates = await tx.all(
+            select(tasks.c.id, tasks.c.namespace_id, tasks.c.application_id, tasks.c.queue_id, tasks.c.priority,
+                   tasks.c.attempts, tasks.c.payload, tasks.c.resource_keys, tasks.c.start_deadline_at,
+                   tasks.c.deadline_at)
+            .where(tasks.c.queue_id == queue_id, tasks.c.state == states.WAITING, tasks.c.available_at <= now)
+            .order_by(tasks.c.priority.desc(), tasks.c.available_at, tasks.c.id)
+            .limit(grant)
+            .with_for_update(skip_locked=True)
+        )
+        if not candidates:
+            return ok(tasks=[])
+        expires = now + timedelta(milliseconds=lease_ms)
+        lease_rows = []
+        granted = []
+        for t in candidates:
+            lease = {
+                "id": new_id(), "task_id": t["id"], "queue_id": queue_id, "application_id": t["application_id"],
+                "namespace_id": t["namespace_id"], "credential_id": cred, "session_id": who.session_id,
+                "worker_node_id": who.worker_node_id, "server_node_id": who.server_node_id,
+                "attempt": int(t["attempts"]) + 1, "state": LEASED, "reserved": True, "leased_at": now,
+                "expires_at": expires, "started_at": None, "ended_at": None, "outcome": None, "error": None,
+                "start_msg_id": None, "start_response": None, "complete_msg_id": None,
+                "complete_response": None, "late_reports": None, "push_pending": False,
+            }
+            lease_rows.append(lease)
+            granted.append(lease_json(lease, t, orjson.Fragment(t["payload"])))
+        ids = [t["id"] for t in candidates]
+        await tx.execute(
+            update(tasks).where(tasks.c.id.in_(ids), tasks.c.state == states.WAITING)
+            .values(state=states.LEASED, updated_at=now)
+        )
+        await tx.execute(leases.insert(), lease_rows)
+        changes = UsageChanges()
+        for t in candidates:
+            changes.add(queue_id, t["application_id"], permits=1, reserved=1)
+        await changes.apply(tx)
+        await emit_many(tx, [
+            _task_event(t, "task.leased", states.LEASED, lease_id=lr["id"], attempt=lr["attempt"])
+            for t, lr in zip(candidates, lease_rows)
+        ])
+        stored = [{k: v for k, v in g.items() if k != "payload"} for g in granted]
+        await tx.execute(worker_claims.insert().values(
+            credential_id=cred, msg_id=msg_id, response=orjson.dumps(stored).decode(), created_at=now,
+        ))
+        return ok(tasks=granted)
+
+    return await db.transaction(body)
+
+
+async def _rehydrate_payloads(tx: Tx, granted: list[dict[str, Any]]) -> None:
+    ids = [g["task_id"] for g in granted]
+    if not ids:
+        return
+    rows = await tx.all(select(tasks.c.id, tasks.c.payload).where(tasks.c.id.in_(ids)))
+    payloads = {r["id"]: r["payload"] for r in rows}
+    for g in granted:
+        g["payload"] = _j(payloads.get(g["task_id"]))
+
+
+# ------------------------------------------------------------------ locking helper
+
+
+@dataclass
+class _Locked:
+    """Task and lease rows of a group of commands, locked in the global order."""
+
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    leases: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+async def _lock_for_leases(tx: Tx, lease_ids: list[str]) -> _Locked:
+    found = await tx.all(select(leases.c.id, leases.c.task_id).where(leases.c.id.in_(lease_ids)))
+    task_ids = sorted({r["task_id"] for r in found})
+    locked = _Locked()
+    if not task_ids:
+        return locked
+    for r in await tx.all(select(tasks).where(tasks.c.id.in_(task_ids)).order_by(tasks.c.id).with_for_update()):
+        locked.tasks[r["id"]] = dict(r)
+    for r in await tx.all(
+        select(leases).where(leases.c.id.in_(sorted({r["id"] for r in found}))).order_by(leases.c.id).with_for_update()
+    ):
+        locked.leases[r["id"]] = dict(r)
+    return locked
+
+
+def _lease_current(lease: dict[str, Any], now: datetime) -> bool:
+    return lease["state"] in (LEASED, RUNNING) and lease["expires_at"] > now
+
+
+def _not_current_error(lease: dict[str, Any]) -> dict[str, Any]:
+    outcome = lease["outcome"]
+    if outcome == "CANCELLED":
+        return fail("TASK_CANCELLED", "the task was cancelled")
+    if outcome == "START_DEADLINE_EXCEEDED":
+        return fail("START_DEADLINE_EXCEEDED", "the task's start deadline passed")
+    return fail("LEASE_EXPIRED", "the lease is no longer current")
+
+
+class _Writes:
+    """Row updates of a grouped transaction, flushed after all decisions are made."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str, str, str, dict[str, Any]]] = []
+        self.usage = UsageChanges()
+
+    def task(self, task_id: str, **values: Any) -> None:
+        self.tasks.setdefault(task_id, {}).update(values)
+
+    def lease(self, lease_id: str, **values: Any) -> None:
+        self.leases.setdefault(lease_id, {}).update(values)
+
+    async def flush(self, tx: Tx) -> None:
+        for tid in sorted(self.tasks):
+            await tx.execute(update(tasks).where(tasks.c.id == tid).values(**self.tasks[tid]))
+        for lid in sorted(self.leases):
+            await tx.execute(update(leases).where(leases.c.id == lid).values(**self.leases[lid]))
+        await self.usage.apply(tx)
+        await emit_many(tx, self.events)
+
+
+def _end_task_failed(w: _Writes, task: dict[str, Any], now: datetime, code: str, message: str) -> None:
+    error = {"code": code, "message": message}
+    w.task(task["id"], state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now)
+    w.usage.add(task["queue_id"], task["application_id"], unfinished=-1)
+    w.events.append(_task_event(task, "task.failed", states.FAILED, error=error))
+
+
+# ------------------------------------------------------------------ start
+
+
+@dataclass(frozen=True)
+class StartCommand:
+    credential_id: str
+    msg_id: str
+    lease_id: str
+
+
+async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, Any]]:
+    """Authorize Starts; a refused Start (rate, pause) writes nothing."""
+
+    async def body(tx: Tx) -> list[dict[str, Any]]:
+        locked = await _lock_for_leases(tx, [c.lease_id for c in commands])
+        queue_ids = sorted({locked.leases[c.lease_id]["queue_id"] for c in commands if c.lease_id in locked.leases})
+        controls = {}
+        windows: dict[str, RateWindow] = {}
+        if queue_ids:
+            for r in await tx.all(
+                select(queue_usage).where(queue_usage.c.queue_id.in_(queue_ids))
+                .order_by(queue_usage.c.queue_id).with_for_update()
+            ):
+                windows[r["queue_id"]] = RateWindow(r["rate_window_start"], int(r["rate_window_used"]),
+                                                    int(r["rate_reserved"]))
+            for r in await tx.all(
+                select(queues.c.id, queues.c.paused, queues.c.rate_per_second).where(queues.c.id.in_(queue_ids))
+            ):
+                controls[r["id"]] = r
+        now = await tx.now()
+        w = _Writes()
+        replies = []
+        for c in commands:
+            lease = locked.leases.get(c.lease_id)
+            if lease is None or lease["credential_id"] != c.credential_id:
+                replies.append(fail("NOT_FOUND", "no such lease for this credential"))
+                continue
+            if lease["start_msg_id"] == c.msg_id:
+                replies.append(ok(**orjson.loads(lease["start_response"])))
+                continue
+            if lease["state"] == RUNNING:
+                replies.append(fail("STATE_CONFLICT", "the lease was already started by another message"))
+                continue
+            if not _lease_current(lease, now):
+                replies.append(_not_current_error(lease))
+                continue
+            task = locked.tasks[lease["task_id"]]
+            qid = lease["queue_id"]
+            if task["start_deadline_at"] is not None and task["start_deadline_at"] <= now:
+                _end_task_failed(w, task, now, "START_DEADLINE_EXCEEDED", "the start deadline passed before any start")
+                w.lease(lease["id"], state=ENDED, ended_at=now, outcome="START_DEADLINE_EXCEEDED", reserved=False)
+                w.usage.add(qid, task["application_id"], permits=-1, reserved=-1)
+                lease.update(state=ENDED, outcome="START_DEADLINE_EXCEEDED")
+                replies.append(fail("START_DEADLINE_EXCEEDED", "the task's start deadline passed"))
+                continue
+            if controls[qid]["paused"]:
+                replies.append(fail("QUEUE_PAUSED", "the queue is paused; retry within the lease", 1000))
+                continue
+            decision = authorize_start(windows[qid], int(controls[qid]["rate_per_second"]), now,
+                                       reserved=bool(lease["reserved"]))
+            if not decision.allowed:
+                replies.append(fail("RATE_LIMITED", "the queue's Start rate is exhausted for this window",
+                                    decision.retry_after_ms))
+                continue
+            windows[qid] = decision.window
+            w.usage.set_window(qid, decision.window)
+            if lease["reserved"]:
+                w.usage.add(qid, task["application_id"], reserved=-1)
+            attempt = int(task["attempts"]) + 1
+            receipt = {
+                "attempt": attempt,
+                "started_at": format_ts(now),
+                "start_receipt_id": new_id(),
+                "deadline_at": format_ts(task["deadline_at"]),
+                "lease_expires_at": format_ts(lease["expires_at"]),
+            }
+            w.task(task["id"], state=states.RUNNING, attempts=attempt, updated_at=now)
+            w.lease(lease["id"], state=RUNNING, started_at=now, attempt=attempt, reserved=False,
+                    start_msg_id=c.msg_id, start_response=orjson.dumps(receipt).decode())
+            lease.update(state=RUNNING, start_msg_id=c.msg_id, reserved=False)
+            task.update(attempts=attempt)
+            w.events.append(_task_event(task, "task.started", states.RUNNING, attempt=attempt, lease_id=lease["id"]))
+            replies.append(ok(**receipt))
+        await w.flush(tx)
+        return replies
+
+    return await db.transaction(body)
+
+
+# ------------------------------------------------------------------ renew
+
+
+@dataclass(frozen=True)
+class RenewCommand:
+    credential_id: str
+    msg_id: str
+    lease_id: str
+    lease_ms: int
+
+
+async def renew(db: Database, commands: list[RenewCommand]) -> list[dict[str, Any]]:
+    """Extend current leases (never beyond MAX_LEASE_MS from now); report cancel requests."""
+
+    async def body(tx: Tx) -> list[dict[str, Any]]:
+        ids = sorted({c.lease_id for c in commands})
+        rows = {r["id"]: dict(r) for r in await tx.all(
+            select(leases.c.id, leases.c.task_id, leases.c.credential_id, leases.c.state, leases.c.expires_at,
+                   leases.c.outcome).where(leases.c.id.in_(ids)).order_by(leases.c.id).with_for_update()
+        )}
+        cancel = {r["id"]: bool(r["cancel_requested"]) for r in await tx.all(
+            select(tasks.c.id, tasks.c.cancel_requested).where(tasks.c.id.in_({r["task_id"] for r in rows.values()}))
+        )} if rows else {}
+        now = await tx.now()
+        replies = []
+        for c in commands:
+            lease = rows.get(c.lease_id)
+            if lease is None or lease["credential_id"] != c.credential_id:
+                replies.append(fail("NOT_FOUND", "no such lease for this credential"))
+                continue
+            if not _lease_current(lease, now):
+                replies.append(_not_current_error(lease))
+                continue
+            expires = now + timedelta(milliseconds=min(c.lease_ms, MAX_LEASE_MS))
+            await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(expires_at=expires))
+            lease["expires_at"] = expires
+            replies.append(ok(lease_expires_at=format_ts(expires), cancel_requested=cancel.get(lease["task_id"], False)))
+        return replies
+
+    return await db.transaction(body)
+
+
+# ------------------------------------------------------------------ complete / release
+
+
+@dataclass(frozen=True)
+class CompleteCommand:
+    credential_id: str
+    msg_id: str
+    lease_id: str
+    outcome: str  # succeeded | failed | cancelled | release
+    result: Any = None
+    error_message: str | None = None
+    retryable: bool = True
+
+
+def _retry_or_fail(
+    w: _Writes, task: dict[str, Any], now: datetime, *, retryable: bool, code: str, message: str
+) -> dict[str, Any]:
+    """A failed attempt: back to WAITING with backoff while budget and deadline allow, else FAILED."""
+    attempts = int(task["attempts"])
+    policy = orjson.loads(task["retry_policy"])
+    if retryable and not task["cancel_requested"] and attempts < int(task["max_attempts"]):
+        next_at = now + timedelta(milliseconds=backoff_ms(policy, attempts))
+        if task["deadline_at"] is None or next_at < task["deadline_at"]:
+            error = {"code": code, "message": message}
+            w.task(task["id"], state=states.WAITING, available_at=next_at, error=orjson.dumps(error).decode(),
+                   updated_at=now)
+            w.events.append(_task_event(task, "task.retry_scheduled", states.WAITING, attempt=attempts,
+                                        next_available_at=format_ts(next_at), error=error))
+            return {"task_state": states.WAITING, "next_available_at": format_ts(next_at)}
+        _end_task_failed(w, task, now, "DEADLINE_EXCEEDED", f"no retry fits before the deadline; last error: {message}")
+        return {"task_state": states.FAILED}
+    if retryable and not task["cancel_requested"]:
+        _end_task_failed(w, task, now, "ATTEMPTS_EXHAUSTED", f"attempt budget used up; last error: {message}")
+    else:
+        _end_task_failed(w, task, now, code, message)
+    return {"task_state": states.FAILED}
+
+
+async def complete(db: Database, commands: list[CompleteCommand]) -> list[dict[str, Any]]:
+    """Record outcomes (and releases). Reports for leases no longer current are late evidence."""
+
+    async def body(tx: Tx) -> list[dict[str, Any]]:
+        locked = await _lock_for_leases(tx, [c.lease_id for c in commands])
+        now = await tx.now()
+        w = _Writes()
+        replies = []
+        for c in commands:
+            lease = locked.leases.get(c.lease_id)
+            if lease is None or lease["credential_id"] != c.credential_id:
+                replies.append(fail("NOT_FOUND", "no such lease for this credential"))
+                continue
+            if lease["complete_msg_id"] == c.msg_id:
+                replies.append(orjson.loads(lease["complete_response"]))
+                continue
+            task = locked.tasks[lease["task_id"]]
+            if c.outcome == "release":
+                replies.append(_release(w, lease, task, c, now))
+                continue
+            if lease["state"] == LEASED and _lease_current(lease, now):
+                replies.append(fail("STATE_CONFLICT", "the lease was not started; report needs a Start first"))
+                continue
+            if lease["state"] != RUNNING or lease["expires_at"] <= now:
+                late = orjson.loads(lease["late_reports"]) if lease["late_reports"] else []
+                if len(late) < MAX_LATE_REPORTS:
+                    late.append({"msg_id": c.msg_id, "outcome": c.outcome, "received_at": format_ts(now),
+                                 "error": c.error_message, "result": c.result})
+                    w.lease(lease["id"], late_reports=orjson.dumps(late).decode())
+                    lease["late_reports"] = orjson.dumps(late).decode()
+                replies.append(fail("LEASE_LOST", "the lease is no longer current; the report was kept as late evidence"))
+                continue
+            qid, aid = lease["queue_id"], task["application_id"]
+            w.usage.add(qid, aid, permits=-1)
+            error = None
+            if c.outcome == "succeeded":
+                w.task(task["id"], state=states.SUCCEEDED, result=orjson.dumps(c.result).decode(), updated_at=now,
+                       finished_at=now, error=None)
+                w.usage.add(qid, aid, unfinished=-1)
+                w.events.append(_task_event(task, "task.succeeded", states.SUCCEEDED, attempt=lease["attempt"]))
+                answer = {"task_state": states.SUCCEEDED}
+                outcome = "SUCCEEDED"
+            elif c.outcome == "cancelled" and task["cancel_requested"]:
+                w.task(task["id"], state=states.CANCELLED, updated_at=now, finished_at=now)
+                w.usage.add(qid, aid, unfinished=-1)
+                w.events.append(_task_event(task, "task.cancelled", states.CANCELLED, reason=task["cancel_reason"]))
+                answer = {"task_state": states.CANCELLED}
+                outcome = "CANCELLED"
+            else:
+                if c.outcome == "cancelled":
+                    message, retryable = "the worker reported cancelled without a cancel request", False
+                else:
+                    message, retryable = (c.error_message or "handler failed"), c.retryable
+                error = {"code": "HANDLER_ERROR", "message": message}
+                answer = _retry_or_fail(w, task, now, retryable=retryable, code="HANDLER_ERROR", message=message)
+                outcome = "FAILED"
+            reply = ok(**answer)
+            w.lease(lease["id"], state=ENDED, ended_at=now, outcome=outcome,
+                    error=orjson.dumps(error).decode() if error else None,
+                    complete_msg_id=c.msg_id, complete_response=orjson.dumps(reply).decode())
+            lease.update(state=ENDED, complete_msg_id=c.msg_id, complete_response=orjson.dumps(reply).decode())
+            replies.append(reply)
+        await w.flush(tx)
+        return replies
+
+    return await db.transaction(body)
+
+
+def _release(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: CompleteCommand, now: datetime) -> dict[str, Any]:
+    if lease["state"] == RUNNING and lease["expires_at"] > now:
+        return fail("STATE_CONFLICT", "a started attempt cannot be released; report its outcome")
+    if not _lease_current(lease, now):
+        return _not_current_error(lease)
+    w.task(task["id"], state=states.WAITING, updated_at=now)
+    w.usage.add(lease["queue_id"], task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
+    reply = ok(task_state=states.WAITING)
+    w.lease(lease["id"], state=ENDED, ended_at=now, outcome="RELEASED", reserved=False,
+            complete_msg_id=c.msg_id, complete_response=orjson.dumps(reply).decode())
+    lease.update(state=ENDED, outcome="RELEASED", complete_msg_id=c.msg_id, complete_response=orjson.dumps(reply).decode())
+    return reply
+
+
+# ------------------------------------------------------------------ recovery
+
+
+async def recover_expired_leases(db: Database, batch: int = 200) -> int:
+    """Expired LEASED leases give their task back; expired RUNNING ones lose their attempt.
+
+    Every node runs this: candidate tasks are taken with SKIP LOCKED, so nodes
+    divide the work and never wait on a task row another transaction holds.
+    """
+
+    async def body(tx: Tx) -> int:
+        now = await tx.now()
+        expired = await tx.all(
+            select(leases.c.id, leases.c.task_id).where(leases.c.state.in_((LEASED, RUNNING)), leases.c.expires_at <= now)
+            .order_by(leases.c.expires_at).limit(batch)
+        )
+        if not expired:
+            return 0
+        task_rows = {r["id"]: dict(r) for r in await tx.all(
+            select(tasks).where(tasks.c.id.in_(sorted({e["task_id"] for e in expired})))
+            .order_by(tasks.c.id).with_for_update(skip_locked=True)
+        )}
+        lease_rows = {r["id"]: dict(r) for r in await tx.all(
+            select(leases).where(leases.c.id.in_(sorted(e["id"] for e in expired if e["task_id"] in task_rows)))
+            .order_by(leases.c.id).with_for_update()
+        )} if task_rows else {}
+        w = _Writes()
+        n = 0
+        for lease in lease_rows.values():
+            if lease["state"] not in (LEASED, RUNNING) or lease["expires_at"] > now:
+                continue
+            task = task_rows[lease["task_id"]]
+            qid, aid = lease["queue_id"], task["application_id"]
+            n += 1
+            if lease["state"] == LEASED:
+                w.task(task["id"], state=states.WAITING, updated_at=now)
+                w.usage.add(qid, aid, permits=-1, reserved=-1 if lease["reserved"] else 0)
+                w.lease(lease["id"], state=ENDED, ended_at=now, outcome="EXPIRED", reserved=False, push_pending=True)
+                continue
+            error = {"code": "LEASE_LOST", "message": "the lease expired while the attempt was running"}
+            w.lease(lease["id"], state=ENDED, ended_at=now, outcome="LEASE_LOST", error=orjson.dumps(error).decode(),
+                    push_pending=True)
+            w.usage.add(qid, aid, permits=-1)
+            w.events.append(_task_event(task, "task.lease_lost", task["state"], attempt=lease["attempt"],
+                                        lease_id=lease["id"]))
+            if task["on_lease_lost"] == "retry":
+                _retry_or_fail(w, task, now, retryable=True, code="LEASE_LOST", message=error["message"])
+            else:
+                w.task(task["id"], state=states.NEEDS_REVIEW, error=orjson.dumps(error).decode(), updated_at=now)
+                w.events.append(_task_event(task, "task.needs_review", states.NEEDS_REVIEW, attempt=lease["attempt"]))
+        await w.flush(tx)
+        return n
+
+    return await db.transaction(body)
+
+
+# ------------------------------------------------------------------ attempts
+
+
+def attempt_json(lease: Any) -> dict[str, Any]:
+    outcome = "RUNNING" if lease["state"] == RUNNING else (lease["outcome"] or "RUNNING")
+    return {
+        "number": int(lease["attempt"]),
+        "node_id": lease["worker_node_id"],
+        "worker_session_id": lease["session_id"],
+        "leased_at": format_ts(lease["leased_at"]),
+        "started_at": format_ts(lease["started_at"]),
+        "ended_at": format_ts(lease["ended_at"]),
+        "outcome": outcome,
+        "error": _j(lease["error"]),
+        "late_reports": _j(lease["late_reports"]) or [],
+    }
+
+
+async def list_attempts(tx: Tx, task_id: str, *, limit: int, after_number: int | None) -> list[dict[str, Any]]:
+    stmt = (
+        select(leases).where(leases.c.task_id == task_id, leases.c.started_at.is_not(None))
+        .order_by(leases.c.attempt).limit(limit + 1)
+    )
+    if after_number is not None:
+        stmt = stmt.where(leases.c.attempt > after_number)
+    return [attempt_json(r) for r in await tx.all(stmt)]

@@ -1,0 +1,265 @@
+"""One worker WebSocket session: frame codec and the command state machine.
+
+States: CONNECTED (only `hello` and `ping` accepted) -> READY -> CLOSED. Every
+client frame is answered with `reply_to`; frames are handled concurrently so a
+long-polling claim never delays a Start or a complete on the same socket.
+A malformed frame gets an error reply, or closes the socket with 1008 when it
+has no usable `id`; it never affects other sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import orjson
+import structlog
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..._rules import IDEMPOTENCY_KEY_RE
+from ..core.ids import is_id, new_id
+from ..services import dispatch
+from ..services.auth import Principal
+from .hub import POLL_INTERVAL, WorkerHub
+
+log = structlog.get_logger("orbit.ws")
+
+MAX_FRAME_BYTES = 1024 * 1024
+MAX_IN_FLIGHT = 256
+
+
+class FrameError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _int(frame: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int:
+    value = frame.get(name, default)
+    if value is None:
+        raise FrameError("INVALID_ARGUMENT", f"{name}: is required")
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise FrameError("INVALID_ARGUMENT", f"{name}: must be an integer between {lo} and {hi}")
+    return value
+
+
+def _id_field(frame: dict[str, Any], name: str) -> str:
+    value = frame.get(name)
+    if not isinstance(value, str):
+        raise FrameError("INVALID_ARGUMENT", f"{name}: is required")
+    if not is_id(value):
+        raise FrameError("NOT_FOUND", f"{name}: no such {name.removesuffix('_id')}")
+    return value
+
+
+ALLOWED = {
+    "hello": {"node_id", "queues", "sdk"},
+    "claim": {"queue_id", "max_tasks", "lease_ms", "wait_ms"},
+    "start": {"lease_id"},
+    "renew": {"lease_id", "lease_ms"},
+    "complete": {"lease_id", "outcome", "result", "error"},
+    "release": {"lease_id"},
+    "ping": set(),
+}
+
+
+class WorkerSession:
+    def __init__(self, ws: WebSocket, hub: WorkerHub, principal: Principal) -> None:
+        self.ws = ws
+        self.hub = hub
+        self.principal = principal
+        self.session_id = new_id()
+        self.identity: dispatch.WorkerIdentity | None = None
+        self.queues: set[str] = set()
+        self._send_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        data = orjson.dumps(message).decode()
+        async with self._send_lock:
+            try:
+                await self.ws.send_text(data)
+            except Exception:
+                self._closed = True
+
+    async def push(self, message: dict[str, Any]) -> None:
+        await self.send(message)
+
+    async def close(self, code: int, reason: str) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                await self.ws.close(code, reason)
+
+    async def run(self) -> None:
+        try:
+            while not self._closed:
+                try:
+                    raw = await self.ws.receive_text()
+                except (WebSocketDisconnect, RuntimeError):
+                    break
+                except KeyError:  # a binary frame
+                    await self.close(1003, "frames must be JSON text")
+                    break
+                if len(raw) > MAX_FRAME_BYTES:
+                    await self.close(1009, "frame too large")
+                    break
+                try:
+                    frame = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    await self.close(1008, "malformed frame without a usable id")
+                    break
+                msg_id = frame.get("id") if isinstance(frame, dict) else None
+                if not isinstance(msg_id, str) or not IDEMPOTENCY_KEY_RE.match(msg_id):
+                    await self.close(1008, "every frame needs an id of 1-128 visible ASCII characters")
+                    break
+                await self._in_flight.acquire()
+                task = asyncio.create_task(self._handle(frame, msg_id))
+                self._tasks.add(task)
+                task.add_done_callback(self._done)
+        finally:
+            self._closed = True
+            for t in list(self._tasks):
+                t.cancel()
+            self.hub.unregister(self)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        self._in_flight.release()
+
+    async def _handle(self, frame: dict[str, Any], msg_id: str) -> None:
+        started = time.perf_counter()
+        kind = frame.get("type")
+        try:
+            if kind not in ALLOWED:
+                raise FrameError("INVALID_ARGUMENT", f"type: unknown frame type {kind!r}")
+            unknown = set(frame) - ALLOWED[kind] - {"id", "type"}
+            if unknown:
+                raise FrameError("INVALID_ARGUMENT", f"{sorted(unknown)[0]}: is not a known field")
+            if kind != "hello" and kind != "ping" and self.identity is None:
+                raise FrameError("STATE_CONFLICT", "send hello first")
+            reply = await getattr(self, f"_on_{kind}")(frame, msg_id)
+        except FrameError as exc:
+            reply = dispatch.fail(exc.code, exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            unavailable = type(exc).__name__ == "DatabaseUnavailable"
+            if not unavailable:
+                log.exception("frame_failed", session_id=self.session_id, type=kind)
+            reply = dispatch.fail("UNAVAILABLE", "temporarily unavailable; resend the same message id", 1000)
+        await self.send({"reply_to": msg_id, **reply})
+        log.debug("frame", session_id=self.session_id, type=kind, ok=reply.get("ok"),
+                  latency_ms=round((time.perf_counter() - started) * 1000, 3))
+
+    # ------------------------------------------------------------ commands
+
+    async def _on_ping(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        return dispatch.ok(type="pong")
+
+    async def _on_hello(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        if self.identity is not None:
+            raise FrameError("STATE_CONFLICT", "hello was already sent on this session")
+        node_id = frame.get("node_id")
+        if not isinstance(node_id, str) or not 1 <= len(node_id) <= 128 or not node_id.isprintable():
+            raise FrameError("INVALID_ARGUMENT", "node_id: must be 1-128 printable characters")
+        queues = frame.get("queues", [])
+        if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues) or len(queues) > 1000:
+            raise FrameError("INVALID_ARGUMENT", "queues: must be a list of queue ids")
+        sdk = frame.get("sdk", "")
+        if not isinstance(sdk, str) or len(sdk) > 256:
+            raise FrameError("INVALID_ARGUMENT", "sdk: must be a string of at most 256 characters")
+        for q in queues:
+            if not is_id(q) or not self.principal.can_see_queue(q):
+                raise FrameError("NOT_FOUND", f"queues: queue {q!r} not found")
+        self.queues = set(queues)
+        self.identity = dispatch.WorkerIdentity(self.principal, self.session_id, node_id[:64], self.hub.instance_id)
+        self.hub.register(self)
+        if self.hub.draining:
+            await self.push({"type": "drain", "deadline_ms": self.hub.drain_deadline_ms})
+        return dispatch.ok(
+            session_id=self.session_id,
+            default_lease_ms=dispatch.DEFAULT_LEASE_MS,
+            max_lease_ms=dispatch.MAX_LEASE_MS,
+            heartbeat_ms=dispatch.HEARTBEAT_MS,
+        )
+
+    async def _on_claim(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        queue_id = _id_field(frame, "queue_id")
+        if not self.principal.can_see_queue(queue_id):
+            raise FrameError("NOT_FOUND", "queue not found")
+        max_tasks = _int(frame, "max_tasks", 1, 100, 1)
+        lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
+        wait_ms = _int(frame, "wait_ms", 0, 30_000, 0)
+        assert self.identity is not None
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            if self.hub.draining or self._closed:
+                return dispatch.ok(tasks=[])
+            reply = await dispatch.claim(self.hub.db, self.identity, queue_id, max_tasks=max_tasks,
+                                         lease_ms=lease_ms, msg_id=msg_id)
+            if not reply["ok"] or reply["tasks"]:
+                return reply
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return reply
+            await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL))
+
+    async def _on_start(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        lease_id = _id_field(frame, "lease_id")
+        return await self.hub.starts.submit(
+            dispatch.StartCommand(self.principal.credential_id, msg_id, lease_id)
+        )
+
+    async def _on_renew(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        lease_id = _id_field(frame, "lease_id")
+        lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
+        return await self.hub.renews.submit(
+            dispatch.RenewCommand(self.principal.credential_id, msg_id, lease_id, lease_ms)
+        )
+
+    async def _on_complete(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        lease_id = _id_field(frame, "lease_id")
+        outcome = frame.get("outcome")
+        if outcome not in ("succeeded", "failed", "cancelled"):
+            raise FrameError("INVALID_ARGUMENT", "outcome: must be succeeded, failed or cancelled")
+        result = frame.get("result")
+        error_message, retryable = None, True
+        if outcome == "failed":
+            err = frame.get("error", {})
+            if not isinstance(err, dict) or set(err) - {"message", "retryable"}:
+                raise FrameError("INVALID_ARGUMENT", "error: must be {message, retryable}")
+            error_message = err.get("message", "handler failed")
+            retryable = err.get("retryable", True)
+            if not isinstance(error_message, str) or not isinstance(retryable, bool):
+                raise FrameError("INVALID_ARGUMENT", "error: message must be a string and retryable a boolean")
+            error_message = error_message[:4096]
+        elif "error" in frame:
+            raise FrameError("INVALID_ARGUMENT", "error: only allowed with outcome failed")
+        if outcome != "succeeded" and "result" in frame:
+            raise FrameError("INVALID_ARGUMENT", "result: only allowed with outcome succeeded")
+        reply = await self.hub.completes.submit(dispatch.CompleteCommand(
+            self.principal.credential_id, msg_id, lease_id, outcome, result, error_message, retryable
+        ))
+        self._freed(frame)
+        return reply
+
+    async def _on_release(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        lease_id = _id_field(frame, "lease_id")
+        reply = await self.hub.completes.submit(
+            dispatch.CompleteCommand(self.principal.credential_id, msg_id, lease_id, "release")
+        )
+        self._freed(frame)
+        return reply
+
+    def _freed(self, frame: dict[str, Any]) -> None:
+        """A permit may have been freed: wake long polls of this session's queues on this node."""
+        for q in self.queues:
+            self.hub.notifier.notify(q)
