@@ -98,6 +98,7 @@ def environment(database_url: str | None, nodes: int = 1):
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
         creds = bootstrap(url, Path(tmp))
+        creds["_database_url"] = url
         try:
             with servers(url, nodes) as urls:
                 yield urls, creds

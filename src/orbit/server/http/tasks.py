@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
 
 from ...models import (
     AttemptPage,
@@ -15,16 +18,19 @@ from ...models import (
     TaskPage,
 )
 
+from ..errors import invalid_argument
 from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest
 from .common import (
     decode_cursor,
+    describe_validation_error,
     encode_cursor,
     idempotency_key,
     json_response,
     outcome_response,
     principal,
     read_body,
+    read_json_object,
     write_context,
 )
 from .openapi import Envelope, body_spec, error_responses
@@ -54,7 +60,20 @@ async def submit_task(request: Request, queue_id: str):
     key = idempotency_key(request)
     cmd = svc.SubmitCommand(key, svc.submit_digest(queue_id, raw), req, raw)
     outcome = await svc.submit_task(request.app.state.db, who, queue_id, cmd)
+    if not outcome.deduplicated:
+        request.app.state.hub.notifier.notify(queue_id)
     return outcome_response(request, outcome, 201)
+
+
+def batch_items(raw: dict[str, Any]) -> list[Any]:
+    """Validate only the batch envelope: a non-object item is that item's own error, not the batch's."""
+    items = raw.get("tasks")
+    envelope = {**raw, "tasks": [i if isinstance(i, dict) else {} for i in items]} if isinstance(items, list) else raw
+    try:
+        BatchSubmitRequest.model_validate(envelope)
+    except ValidationError as exc:
+        raise describe_validation_error(exc) from None
+    return items
 
 
 @router.post(
@@ -67,12 +86,14 @@ async def submit_batch(request: Request, queue_id: str):
     who = await principal(request)
     who.require("tasks:submit")
     who.require_queue(queue_id)
-    raw, req = await read_body(request, BatchSubmitRequest)
+    raw = await read_json_object(request)
+    items = batch_items(raw)
     key = idempotency_key(request)
     limit = request.app.state.settings.max_payload_bytes
-    commands = [svc.batch_item_command(queue_id, i, item, limit) for i, item in enumerate(req.tasks)]
+    commands = [svc.batch_item_command(queue_id, i, item, limit) for i, item in enumerate(items)]
     scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, key, request_digest({"queue_id": queue_id}, raw))
     outcome = await svc.submit_batch(request.app.state.db, who, queue_id, scope, commands)
+    request.app.state.hub.notifier.notify(queue_id)
     return outcome_response(request, outcome)
 
 
@@ -124,8 +145,13 @@ async def list_attempts(
 ):
     who = await principal(request)
     who.require("tasks:read")
-    items, last = await svc.list_attempts(request.app.state.db, who, task_id, limit=limit, after_number=None)
-    return json_response(request, {"items": items, "next_cursor": None})
+    after = decode_cursor(cursor)
+    if after is not None and not after.isdigit():
+        raise invalid_argument("cursor is not valid", "cursor")
+    items, last = await svc.list_attempts(
+        request.app.state.db, who, task_id, limit=limit, after_number=int(after) if after else None
+    )
+    return json_response(request, {"items": items, "next_cursor": encode_cursor(None if last is None else str(last))})
 
 
 @router.post(

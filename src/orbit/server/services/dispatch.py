@@ -23,6 +23,7 @@ from ..core.backoff import backoff_ms
 from ..core.ids import new_id
 from ..core.rate_window import RateWindow, authorize_start, claim_room
 from ..core.timefmt import format_ts
+from ..store.bulk import update_many
 from ..store.db import Database, Tx
 from ..store.tables import leases, queue_usage, queues, tasks, worker_claims
 from .auth import Principal
@@ -246,10 +247,8 @@ class _Writes:
         self.leases.setdefault(lease_id, {}).update(values)
 
     async def flush(self, tx: Tx) -> None:
-        for tid in sorted(self.tasks):
-            await tx.execute(update(tasks).where(tasks.c.id == tid).values(**self.tasks[tid]))
-        for lid in sorted(self.leases):
-            await tx.execute(update(leases).where(leases.c.id == lid).values(**self.leases[lid]))
+        await update_many(tx, tasks, tasks.c.id, self.tasks)
+        await update_many(tx, leases, leases.c.id, self.leases)
         await self.usage.apply(tx)
         await emit_many(tx, self.events)
 

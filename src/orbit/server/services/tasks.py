@@ -523,14 +523,16 @@ async def list_tasks(
 async def list_attempts(
     db: Database, principal: Principal, task_id: str, *, limit: int, after_number: int | None
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """Attempts of a task; none exist until workers start them."""
+    """Started leases of a task, in attempt order, with any late evidence."""
+    from .dispatch import list_attempts as read_attempts
 
     async def read(tx: Tx):
         await _visible_task(tx, principal, task_id)
-        return []
+        return await read_attempts(tx, task_id, limit=limit, after_number=after_number)
 
-    await db.read(read)
-    return [], None
+    rows = await db.read(read)
+    items = rows[:limit]
+    return items, (items[-1]["number"] if len(rows) > limit else None)
 
 
 # ------------------------------------------------------------------ state changes

@@ -1,0 +1,216 @@
+"""The worker protocol against a real uvicorn server, on both backends."""
+
+import asyncio
+
+import pytest
+from sqlalchemy import select
+
+from orbit.server.app import create_app
+from orbit.server.config import Settings
+from orbit.server.services import dispatch
+from orbit.server.store.tables import queue_usage
+
+from .worker_client import Worker, serve
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def base(db, db_url):
+    app = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
+    async with serve(app) as url:
+        yield url
+
+
+async def submit(tenant, queue_id, n=1, **fields):
+    ids = []
+    for i in range(n):
+        r = await tenant.post(f"/v1/queues/{queue_id}/tasks", {"payload": {"i": i}, **fields})
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["data"]["task"]["id"])
+    return ids
+
+
+async def usage(tenant, queue_id):
+    async def read(tx):
+        return dict(await tx.one_or_none(select(queue_usage).where(queue_usage.c.queue_id == queue_id)))
+    return await tenant.db.read(read)
+
+
+async def task(tenant, task_id):
+    return (await tenant.get(f"/v1/tasks/{task_id}")).json()["data"]
+
+
+async def test_happy_path_and_replays(tenant, base):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    ids = await submit(tenant, q["id"], 2)
+    async with Worker.connect(base, tenant.token) as w:
+        hello = await w.hello(q["id"])
+        assert hello["default_lease_ms"] == 30000 and hello["max_lease_ms"] == 600000 and hello["session_id"]
+        claim = await w.call("claim", id="claim-1", queue_id=q["id"], max_tasks=10)
+        assert claim["ok"] and [t["task_id"] for t in claim["tasks"]] == ids
+        lease = claim["tasks"][0]
+        assert lease["attempt"] == 1 and lease["payload"] == {"i": 0}
+        again = await w.call("claim", id="claim-1", queue_id=q["id"], max_tasks=10)
+        assert again["tasks"] == claim["tasks"]
+        assert (await task(tenant, ids[0]))["state"] == "LEASED"
+
+        s1 = await w.call("start", id="start-1", lease_id=lease["lease_id"])
+        assert s1["ok"] and s1["attempt"] == 1 and s1["start_receipt_id"]
+        s1b = await w.call("start", id="start-1", lease_id=lease["lease_id"])
+        assert s1b == {**s1, "reply_to": "start-1"}
+        other = await w.call("start", id="start-other", lease_id=lease["lease_id"])
+        assert other["error"]["code"] == "STATE_CONFLICT"
+        t = await task(tenant, ids[0])
+        assert t["state"] == "RUNNING" and t["attempts"] == 1
+
+        rn = await w.call("renew", lease_id=lease["lease_id"], lease_ms=60000)
+        assert rn["ok"] and rn["cancel_requested"] is False
+
+        done = await w.call("complete", id="done-1", lease_id=lease["lease_id"], outcome="succeeded", result={"x": 1})
+        assert done == {"reply_to": "done-1", "ok": True, "task_state": "SUCCEEDED"}
+        again = await w.call("complete", id="done-1", lease_id=lease["lease_id"], outcome="succeeded", result={"x": 1})
+        assert again == done
+        t = await task(tenant, ids[0])
+        assert t["state"] == "SUCCEEDED" and t["result"] == {"x": 1} and t["attempts"] == 1 and t["finished_at"]
+        attempts = (await tenant.get(f"/v1/tasks/{ids[0]}/attempts")).json()["data"]["items"]
+        assert [a["outcome"] for a in attempts] == ["SUCCEEDED"] and attempts[0]["node_id"] == "worker-host-1"
+
+        released = await w.call("release", lease_id=claim["tasks"][1]["lease_id"])
+        assert released["ok"] and released["task_state"] == "WAITING"
+        t = await task(tenant, ids[1])
+        assert t["state"] == "WAITING" and t["attempts"] == 0
+    u = await usage(tenant, q["id"])
+    assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 1)
+
+
+async def test_concurrency_and_rate_limits(tenant, base):
+    q = await tenant.create_queue(max_concurrency=2, rate_per_second=1)
+    await submit(tenant, q["id"], 4)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=5)
+        # rate 1: only one Start fits the window, so only one reservation is granted.
+        assert len(c["tasks"]) == 1
+        assert (await w.call("start", lease_id=c["tasks"][0]["lease_id"]))["ok"]
+        c2 = await w.call("claim", queue_id=q["id"], max_tasks=5)
+        assert c2["tasks"] == []
+        await asyncio.sleep(1.05)
+        c3 = await w.call("claim", queue_id=q["id"], max_tasks=5)
+        assert len(c3["tasks"]) == 1
+        c4 = await w.call("claim", queue_id=q["id"], max_tasks=5, wait_ms=1100)
+        assert c4["tasks"] == []  # concurrency 2 reached (one running, one leased)
+        u = await usage(tenant, q["id"])
+        assert u["permits_in_use"] == 2
+
+
+async def test_rate_limited_start_writes_nothing(tenant, base):
+    q = await tenant.create_queue(max_concurrency=5, rate_per_second=5)
+    ids = await submit(tenant, q["id"], 2)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=2)
+        assert len(c["tasks"]) == 2
+        r = await tenant.post(f"/v1/queues/{q['id']}:configure", {
+            "expected_revision": "1", "reason": "slow down", "paused": False, "max_concurrency": 5,
+            "rate_per_second": 1, "max_unfinished_tasks": 100})
+        assert r.status_code == 200
+        assert (await w.call("start", lease_id=c["tasks"][0]["lease_id"]))["ok"]
+        limited = await w.call("start", id="s2", lease_id=c["tasks"][1]["lease_id"])
+        assert limited["ok"] is False and limited["error"]["code"] == "RATE_LIMITED"
+        assert 0 < limited["error"]["retry_after_ms"] <= 1000
+        t = await task(tenant, ids[1])
+        assert t["state"] == "LEASED" and t["attempts"] == 0
+        await asyncio.sleep(limited["error"]["retry_after_ms"] / 1000 + 0.05)
+        ok = await w.call("start", id="s2", lease_id=c["tasks"][1]["lease_id"])
+        assert ok["ok"] and ok["attempt"] == 1
+
+
+async def test_pause_blocks_claims_and_starts(tenant, base):
+    q = await tenant.create_queue()
+    await submit(tenant, q["id"], 2)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=1)
+        r = await tenant.post(f"/v1/queues/{q['id']}:configure", {
+            "expected_revision": "1", "reason": "pause", "paused": True, "max_concurrency": 8,
+            "rate_per_second": 100, "max_unfinished_tasks": 100})
+        assert r.status_code == 200
+        assert (await w.call("claim", queue_id=q["id"], max_tasks=5))["tasks"] == []
+        s = await w.call("start", lease_id=c["tasks"][0]["lease_id"])
+        assert s["error"]["code"] == "QUEUE_PAUSED"
+
+
+async def test_failures_retry_then_exhaust(tenant, base):
+    q = await tenant.create_queue()
+    (tid,) = await submit(tenant, q["id"], 1, max_attempts=2,
+                          retry={"initial_backoff_ms": 1, "max_backoff_ms": 1, "jitter": 0.0})
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        for attempt, expected in ((1, "WAITING"), (2, "FAILED")):
+            c = await w.call("claim", queue_id=q["id"], max_tasks=1, wait_ms=2000)
+            lease = c["tasks"][0]
+            assert lease["attempt"] == attempt
+            assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
+            r = await w.call("complete", lease_id=lease["lease_id"], outcome="failed", error={"message": "boom"})
+            assert r["ok"] and r["task_state"] == expected
+            await asyncio.sleep(0.01)
+    t = await task(tenant, tid)
+    assert t["state"] == "FAILED" and t["error"]["code"] == "ATTEMPTS_EXHAUSTED" and t["attempts"] == 2
+    attempts = (await tenant.get(f"/v1/tasks/{tid}/attempts")).json()["data"]["items"]
+    assert [a["outcome"] for a in attempts] == ["FAILED", "FAILED"]
+
+
+async def test_lease_expiry_recovery_and_late_evidence(tenant, base):
+    q = await tenant.create_queue()
+    leased_id, running_id, retry_id = (
+        (await submit(tenant, q["id"], 1))[0],
+        (await submit(tenant, q["id"], 1))[0],
+        (await submit(tenant, q["id"], 1, on_lease_lost="retry"))[0],
+    )
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=3, lease_ms=1000)
+        by_task = {t["task_id"]: t for t in c["tasks"]}
+        for tid in (running_id, retry_id):
+            assert (await w.call("start", lease_id=by_task[tid]["lease_id"]))["ok"]
+        await asyncio.sleep(1.1)
+        assert await dispatch.recover_expired_leases(tenant.db) == 3
+        late = await w.call("complete", lease_id=by_task[running_id]["lease_id"], outcome="succeeded", result=1)
+        assert late["error"]["code"] == "LEASE_LOST"
+        exp = await w.call("start", lease_id=by_task[leased_id]["lease_id"])
+        assert exp["error"]["code"] == "LEASE_EXPIRED"
+    assert (await task(tenant, leased_id))["state"] == "WAITING"
+    assert (await task(tenant, leased_id))["attempts"] == 0
+    t = await task(tenant, running_id)
+    assert t["state"] == "NEEDS_REVIEW" and t["error"]["code"] == "LEASE_LOST"
+    attempts = (await tenant.get(f"/v1/tasks/{running_id}/attempts")).json()["data"]["items"]
+    assert attempts[0]["outcome"] == "LEASE_LOST" and attempts[0]["late_reports"][0]["outcome"] == "succeeded"
+    assert (await task(tenant, retry_id))["state"] == "WAITING"
+    u = await usage(tenant, q["id"])
+    assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 3)
+
+
+async def test_malformed_frames_and_auth(tenant, base):
+    import websockets
+
+    async with Worker.connect(base, tenant.token) as w:
+        r = await w.call("claim", queue_id="0" * 32)
+        assert r["error"]["code"] == "STATE_CONFLICT"  # hello first
+        await w.hello()
+        assert (await w.call("nope"))["error"]["code"] == "INVALID_ARGUMENT"
+        assert (await w.call("claim", queue_id="f" * 32, max_tasks=0))["error"]["code"] == "INVALID_ARGUMENT"
+        assert (await w.call("start", lease_id="f" * 32))["error"]["code"] == "NOT_FOUND"
+        assert (await w.call("ping"))["ok"]
+        await w.ws.send('{"type":"ping"}')
+        await asyncio.wait_for(w._reader, 5)
+        assert w.ws.close_code == 1008
+    reader = await tenant.credential(["tasks:read"])
+    with pytest.raises(websockets.InvalidStatus) as denied:
+        async with Worker.connect(base, reader):
+            pass
+    assert denied.value.response.status_code == 403
+    with pytest.raises(websockets.InvalidStatus) as denied:
+        async with Worker.connect(base, "orb_" + "0" * 32 + "_nope"):
+            pass
+    assert denied.value.response.status_code == 401
