@@ -88,7 +88,6 @@ def main() -> None:
     args = ap.parse_args()
     results = []
     with environment(args.database_url, args.nodes) as (urls, creds):
-        db_url = args.database_url or creds.get("_database_url")
         token = creds["token"]
         c = httpx.Client(base_url=urls[0], headers={"Authorization": f"Bearer {token}"})
         q = c.post("/v1/queues", json={"name": f"dispatch-{uuid.uuid4().hex[:6]}", "max_concurrency": 100000,

@@ -23,6 +23,7 @@ __all__ = [
     "BatchSubmitResult",
     "CancelTaskRequest",
     "RetryPolicy",
+    "ReviewTaskRequest",
     "SubmitTaskItem",
     "SubmitTaskRequest",
     "SubmitTaskResult",
@@ -198,6 +199,14 @@ class CancelTaskRequest(StrictRequest):
     """Body of `POST /v1/tasks/{task_id}:cancel`."""
 
     reason: Reason
+
+
+class ReviewTaskRequest(StrictRequest):
+    """Body of `POST /v1/tasks/{task_id}:review`: resolve an unknown outcome."""
+
+    resolution: Literal["SUCCEEDED", "FAILED", "RETRY"]
+    reason: Reason
+    evidence: dict[str, Any] | None = None
 
 
 class TaskError(BaseModel):

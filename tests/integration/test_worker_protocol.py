@@ -214,3 +214,86 @@ async def test_malformed_frames_and_auth(tenant, base):
         async with Worker.connect(base, "orb_" + "0" * 32 + "_nope"):
             pass
     assert denied.value.response.status_code == 401
+
+
+async def test_cancel_leased_and_running_with_pushes(tenant, base):
+    q = await tenant.create_queue()
+    leased_id, running_id = await submit(tenant, q["id"], 2)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=2)
+        by_task = {t["task_id"]: t for t in c["tasks"]}
+        assert (await w.call("start", lease_id=by_task[running_id]["lease_id"]))["ok"]
+
+        r = await tenant.post(f"/v1/tasks/{leased_id}:cancel", {"reason": "not needed"})
+        assert r.status_code == 200 and r.json()["data"]["task"]["state"] == "CANCELLED"
+        revoked = await w.wait_push("lease_revoked")
+        assert revoked["lease_id"] == by_task[leased_id]["lease_id"]
+        s = await w.call("start", lease_id=by_task[leased_id]["lease_id"])
+        assert s["error"]["code"] == "TASK_CANCELLED"
+
+        r = await tenant.post(f"/v1/tasks/{running_id}:cancel", {"reason": "stop it"})
+        assert r.status_code == 200
+        t = r.json()["data"]["task"]
+        assert t["state"] == "RUNNING" and t["cancel_requested"] is True
+        push = await w.wait_push("cancel_requested")
+        assert push["task_id"] == running_id and push["reason"] == "stop it"
+        rn = await w.call("renew", lease_id=by_task[running_id]["lease_id"], lease_ms=30000)
+        assert rn["cancel_requested"] is True
+        u = await usage(tenant, q["id"])
+        assert (u["permits_in_use"], u["unfinished"]) == (1, 1)  # the running task keeps slot and permit
+        done = await w.call("complete", lease_id=by_task[running_id]["lease_id"], outcome="cancelled")
+        assert done["task_state"] == "CANCELLED"
+    u = await usage(tenant, q["id"])
+    assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 0)
+
+
+async def test_review_is_the_only_way_out_of_needs_review(tenant, base):
+    q = await tenant.create_queue()
+    a, b, c_ = await submit(tenant, q["id"], 3, max_attempts=2)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=3, lease_ms=1000)
+        for lease in c["tasks"]:
+            assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
+    await asyncio.sleep(1.1)
+    assert await dispatch.recover_expired_leases(tenant.db) == 3
+    assert (await tenant.post(f"/v1/tasks/{a}:cancel", {"reason": "x"})).status_code == 409
+    ok = await tenant.post(f"/v1/tasks/{a}:review", {"resolution": "SUCCEEDED", "reason": "checked the ledger",
+                                                   "evidence": {"ticket": 7}})
+    assert ok.status_code == 200 and ok.json()["data"]["task"]["state"] == "SUCCEEDED"
+    failed = await tenant.post(f"/v1/tasks/{b}:review", {"resolution": "FAILED", "reason": "never happened"})
+    assert failed.json()["data"]["task"]["state"] == "FAILED"
+    retry = await tenant.post(f"/v1/tasks/{c_}:review", {"resolution": "RETRY", "reason": "safe to rerun"})
+    assert retry.json()["data"]["task"]["state"] == "WAITING"
+    again = await tenant.post(f"/v1/tasks/{a}:review", {"resolution": "FAILED", "reason": "changed my mind"})
+    assert again.status_code == 409
+    reader = await tenant.credential(["tasks:read", "tasks:cancel"])
+    denied = await tenant.post(f"/v1/tasks/{c_}:review", {"resolution": "FAILED", "reason": "x"}, token=reader)
+    assert denied.status_code == 403
+    u = await usage(tenant, q["id"])
+    assert u["unfinished"] == 1 and u["permits_in_use"] == 0
+
+
+async def test_deadlines_of_leased_and_running_tasks(tenant, base):
+    from orbit.server.services.tasks import sweep_deadlines
+
+    q = await tenant.create_queue()
+    leased_id, running_id = await submit(tenant, q["id"], 2, deadline_seconds=1)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=2)
+        by_task = {t["task_id"]: t for t in c["tasks"]}
+        assert (await w.call("start", lease_id=by_task[running_id]["lease_id"]))["ok"]
+        await asyncio.sleep(1.1)
+        assert await sweep_deadlines(tenant.db) == 2
+        t = await task(tenant, leased_id)
+        assert t["state"] == "FAILED" and t["error"]["code"] == "DEADLINE_EXCEEDED"
+        t = await task(tenant, running_id)
+        assert t["state"] == "RUNNING" and t["cancel_requested"] is True
+        done = await w.call("complete", lease_id=by_task[running_id]["lease_id"], outcome="cancelled")
+        assert done["task_state"] == "FAILED"
+    t = await task(tenant, running_id)
+    assert t["error"]["code"] == "DEADLINE_EXCEEDED"
+    u = await usage(tenant, q["id"])
+    assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 0)

@@ -12,6 +12,7 @@ from ...models import (
     BatchSubmitRequest,
     BatchSubmitResult,
     CancelTaskRequest,
+    ReviewTaskRequest,
     SubmitTaskRequest,
     SubmitTaskResult,
     Task,
@@ -166,6 +167,24 @@ async def cancel_task(request: Request, task_id: str):
     raw, req = await read_body(request, CancelTaskRequest)
     actor, scope = write_context(request, who, svc.OP_CANCEL, {"task_id": task_id}, raw)
     outcome = await svc.cancel_task(request.app.state.db, who, actor, scope, task_id, req)
+    request.app.state.hub.wake_pushes()
+    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"])
+    return outcome_response(request, outcome)
+
+
+@router.post(
+    "/v1/tasks/{task_id}:review",
+    openapi_extra=body_spec(ReviewTaskRequest),
+    responses={200: {"model": Envelope[SubmitTaskResult]}, **WRITE_ERRORS},
+    summary="Resolve a task whose outcome is unknown (NEEDS_REVIEW)",
+)
+async def review_task(request: Request, task_id: str):
+    who = await principal(request)
+    who.require("tasks:review")
+    raw, req = await read_body(request, ReviewTaskRequest)
+    actor, scope = write_context(request, who, svc.OP_REVIEW, {"task_id": task_id}, raw)
+    outcome = await svc.review_task(request.app.state.db, who, actor, scope, task_id, req)
+    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"])
     return outcome_response(request, outcome)
 
 

@@ -311,9 +311,16 @@ async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, An
             if task["start_deadline_at"] is not None and task["start_deadline_at"] <= now:
                 _end_task_failed(w, task, now, "START_DEADLINE_EXCEEDED", "the start deadline passed before any start")
                 w.lease(lease["id"], state=ENDED, ended_at=now, outcome="START_DEADLINE_EXCEEDED", reserved=False)
-                w.usage.add(qid, task["application_id"], permits=-1, reserved=-1)
+                w.usage.add(qid, task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
                 lease.update(state=ENDED, outcome="START_DEADLINE_EXCEEDED")
                 replies.append(fail("START_DEADLINE_EXCEEDED", "the task's start deadline passed"))
+                continue
+            if task["deadline_at"] is not None and task["deadline_at"] <= now:
+                _end_task_failed(w, task, now, "DEADLINE_EXCEEDED", "the total deadline passed before the start")
+                w.lease(lease["id"], state=ENDED, ended_at=now, outcome="DEADLINE_EXCEEDED", reserved=False)
+                w.usage.add(qid, task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
+                lease.update(state=ENDED, outcome="DEADLINE_EXCEEDED")
+                replies.append(fail("LEASE_EXPIRED", "the task's total deadline passed; it ended FAILED"))
                 continue
             if controls[qid]["paused"]:
                 replies.append(fail("QUEUE_PAUSED", "the queue is paused; retry within the lease", 1000))
@@ -471,6 +478,11 @@ async def complete(db: Database, commands: list[CompleteCommand]) -> list[dict[s
                 w.events.append(_task_event(task, "task.succeeded", states.SUCCEEDED, attempt=lease["attempt"]))
                 answer = {"task_state": states.SUCCEEDED}
                 outcome = "SUCCEEDED"
+            elif c.outcome == "cancelled" and task["cancel_requested"] and task["deadline_at"] is not None \
+                    and task["deadline_at"] <= now:
+                _end_task_failed(w, task, now, "DEADLINE_EXCEEDED", "the total deadline passed; the worker stopped")
+                answer = {"task_state": states.FAILED}
+                outcome = "CANCELLED"
             elif c.outcome == "cancelled" and task["cancel_requested"]:
                 w.task(task["id"], state=states.CANCELLED, updated_at=now, finished_at=now)
                 w.usage.add(qid, aid, unfinished=-1)

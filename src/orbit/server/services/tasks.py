@@ -7,17 +7,16 @@ usage rows locked in the order queue_usage -> application_usage.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from sqlalchemy import and_, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from ...models import CancelTaskRequest, SubmitTaskItem, SubmitTaskRequest
+from ...models import CancelTaskRequest, ReviewTaskRequest, SubmitTaskItem, SubmitTaskRequest
 from ..core import states
 from ..core.admission import TimeRuleError, resolve_times
 from ..core.ids import is_id, new_id
@@ -32,14 +31,16 @@ from ..errors import (
     state_conflict,
 )
 from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
-from ..store.tables import application_usage, applications, idempotency_records, queue_usage, queues, tasks
+from ..store.tables import application_usage, applications, idempotency_records, leases, queue_usage, queues, tasks
 from .auth import Principal
 from .idempotency import IdempotencyScope, Outcome, request_digest
 from .outbox import Actor, emit_many, write_audit
+from .usage import UsageChanges
 
 OP_SUBMIT = "tasks.submit"
 OP_SUBMIT_BATCH = "tasks.submit_batch"
 OP_CANCEL = "tasks.cancel"
+OP_REVIEW = "tasks.review"
 
 DEFAULT_RETRY = {"initial_backoff_ms": 1000, "max_backoff_ms": 60000, "multiplier": 2.0, "jitter": 0.2}
 
@@ -261,7 +262,6 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
             continue
         if cmd.key in first_digest:  # the same key earlier in this batch: resolved below
             continue
-        first_digest[cmd.key] = cmd.digest
         if queue["retired_at"] is not None:
             results[i] = Admission(error=state_conflict("the queue is retired; it accepts no new tasks"))
             continue
@@ -274,6 +274,7 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
         except ApiError as exc:
             results[i] = Admission(error=exc)
             continue
+        first_digest[cmd.key] = cmd.digest  # a refused item leaves its key free for a later one
         candidates.append(_Candidate(i, cmd, row))
 
     if len(candidates) == 1 and len(commands) == 1:
@@ -289,17 +290,18 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
         task = task_json(c.row, payload=orjson.Fragment(c.row["payload"]))
         results[c.index] = Admission(outcome=Outcome(False, {"task": task}, c.row["id"]))
 
-    # Later items reusing a key of this batch replay (or conflict with) its first use.
-    first_result = {commands[i].key: r for i, r in enumerate(results) if r is not None and commands[i].req is not None}
+    # Later items reusing a candidate's key replay (or conflict with) it. A candidate refused as
+    # QUEUE_FULL/APPLICATION_FULL left no record, and any later new item is refused the same way.
+    first_result = {c.cmd.key: results[c.index] for c in candidates}
     for i, cmd in enumerate(commands):
         if results[i] is None:
             first = first_result[cmd.key]
-            if first_digest[cmd.key] != cmd.digest:
-                results[i] = Admission(error=idempotency_conflict())
-            elif first.outcome is not None:
-                results[i] = Admission(outcome=Outcome(True, first.outcome.data, first.outcome.resource_id))
-            else:
+            if first.outcome is None:
                 results[i] = first
+            elif first_digest[cmd.key] != cmd.digest:
+                results[i] = Admission(error=idempotency_conflict())
+            else:
+                results[i] = Admission(outcome=Outcome(True, first.outcome.data, first.outcome.resource_id))
     await _rehydrate(tx, replays)
     return [r for r in results if r is not None]
 
@@ -538,33 +540,18 @@ async def list_attempts(
 # ------------------------------------------------------------------ state changes
 
 
-async def release_slots(tx: Tx, counts: dict[tuple[str, str], int]) -> None:
-    """Give back backlog slots for tasks that just became terminal.
-
-    ``counts`` maps (queue_id, application_id) to a number of tasks; rows are
-    updated in sorted order, queues before applications, so concurrent
-    releasers never deadlock on each other.
-    """
-    per_queue: dict[str, int] = defaultdict(int)
-    per_app: dict[str, int] = defaultdict(int)
-    for (q, a), n in counts.items():
-        per_queue[q] += n
-        per_app[a] += n
-    for q in sorted(per_queue):
-        await tx.execute(
-            update(queue_usage).where(queue_usage.c.queue_id == q)
-            .values(unfinished=queue_usage.c.unfinished - per_queue[q])
-        )
-    for a in sorted(per_app):
-        await tx.execute(
-            update(application_usage).where(application_usage.c.application_id == a)
-            .values(unfinished=application_usage.c.unfinished - per_app[a])
-        )
+async def _current_lease(tx: Tx, task_id: str) -> Any:
+    """The task's live lease, locked (after the task row: the global lock order)."""
+    return await tx.one_or_none(
+        select(leases).where(leases.c.task_id == task_id, leases.c.state.in_((states.LEASED, states.RUNNING)))
+        .with_for_update()
+    )
 
 
 async def cancel_task(
     db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: CancelTaskRequest
 ) -> Outcome:
+    """WAITING/LEASED end CANCELLED now; RUNNING records the request and tells the worker."""
     from .idempotency import lookup, record, reserve
 
     async def body(tx: Tx) -> Outcome:
@@ -579,14 +566,30 @@ async def cancel_task(
             raise state_conflict(f"the task is already {state}", state=state)
         if state == states.NEEDS_REVIEW:
             raise state_conflict("the task awaits review; resolve it with :review", state=state)
-        if state != states.WAITING:
-            raise state_conflict(f"cancelling a {state} task is not supported yet", state=state)
         now = await tx.now()
-        changes = {"state": states.CANCELLED, "cancel_reason": req.reason, "updated_at": now, "finished_at": now}
-        await tx.execute(
-            update(tasks).where(and_(tasks.c.id == task_id, tasks.c.state == states.WAITING)).values(**changes)
-        )
-        await release_slots(tx, {(row["queue_id"], row["application_id"]): 1})
+        changes: dict[str, Any]
+        usage = UsageChanges()
+        if state == states.RUNNING:
+            if row["cancel_requested"]:
+                raise state_conflict("a cancel was already requested for this running task", state=state)
+            changes = {"cancel_requested": True, "cancel_reason": req.reason, "updated_at": now}
+            lease = await _current_lease(tx, task_id)
+            if lease is not None:
+                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
+            event = "task.cancel_requested"
+        else:
+            changes = {"state": states.CANCELLED, "cancel_reason": req.reason, "updated_at": now, "finished_at": now}
+            usage.add(row["queue_id"], row["application_id"], unfinished=-1)
+            if state == states.LEASED:
+                lease = await _current_lease(tx, task_id)
+                if lease is not None:
+                    await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
+                        state="ENDED", ended_at=now, outcome="CANCELLED", reserved=False, push_pending=True))
+                    usage.add(row["queue_id"], row["application_id"], permits=-1,
+                              reserved=-1 if lease["reserved"] else 0)
+            event = "task.cancelled"
+        await tx.execute(update(tasks).where(tasks.c.id == task_id).values(**changes))
+        await usage.apply(tx)
         before = task_json(row)
         after = task_json({**dict(row), **changes})
         del before["payload"], after["payload"]
@@ -594,7 +597,52 @@ async def cancel_task(
             tx, actor, namespace_id=row["namespace_id"], action="task.cancel", resource_type="task",
             resource_id=task_id, reason=req.reason, before=before, after=after,
         )
-        await emit_many(tx, [_event({**dict(row), **changes}, "task.cancelled", reason=req.reason)])
+        await emit_many(tx, [_event({**dict(row), **changes}, event, reason=req.reason)])
+        await record(tx, scope, {"task": after}, task_id)
+        await _rehydrate(tx, [after])
+        return Outcome(False, {"task": after}, task_id)
+
+    return await db.transaction(body)
+
+
+async def review_task(
+    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: ReviewTaskRequest
+) -> Outcome:
+    """The only way out of NEEDS_REVIEW: a person decides what the unknown outcome was."""
+    from .idempotency import lookup, record, reserve
+
+    async def body(tx: Tx) -> Outcome:
+        row = await _visible_task(tx, principal, task_id, lock=True)
+        previous = await lookup(tx, scope)
+        if previous is not None:
+            await _rehydrate(tx, [previous.data["task"]])
+            return previous
+        await reserve(tx, scope)
+        if row["state"] != states.NEEDS_REVIEW:
+            raise state_conflict(f"only NEEDS_REVIEW tasks can be reviewed; the task is {row['state']}",
+                                 state=row["state"])
+        now = await tx.now()
+        usage = UsageChanges()
+        if req.resolution == "RETRY":
+            if int(row["attempts"]) >= int(row["max_attempts"]):
+                raise state_conflict("no attempts are left in the task's budget", attempts=int(row["attempts"]))
+            changes = {"state": states.WAITING, "available_at": now, "updated_at": now}
+        else:
+            changes = {"state": req.resolution, "updated_at": now, "finished_at": now}
+            if req.resolution == states.FAILED:
+                changes["error"] = orjson.dumps({"code": "REVIEWED_FAILED", "message": req.reason}).decode()
+            usage.add(row["queue_id"], row["application_id"], unfinished=-1)
+        await tx.execute(update(tasks).where(tasks.c.id == task_id).values(**changes))
+        await usage.apply(tx)
+        before = task_json(row)
+        after = task_json({**dict(row), **changes})
+        del before["payload"], after["payload"]
+        await write_audit(
+            tx, actor, namespace_id=row["namespace_id"], action="task.review", resource_type="task",
+            resource_id=task_id, reason=req.reason, before=before,
+            after={**after, "resolution": req.resolution, "evidence": req.evidence},
+        )
+        await emit_many(tx, [_event({**dict(row), **changes}, "task.reviewed", resolution=req.resolution)])
         await record(tx, scope, {"task": after}, task_id)
         await _rehydrate(tx, [after])
         return Outcome(False, {"task": after}, task_id)
@@ -603,7 +651,9 @@ async def cancel_task(
 
 
 async def sweep_deadlines(db: Database, batch: int = 500) -> int:
-    """End waiting tasks whose total or start deadline passed, as FAILED, releasing their slots.
+    """Enforce deadlines without workers: waiting and leased tasks past their total or
+    start deadline end FAILED (slot, permit and reservation released in the same
+    transaction); running tasks past the total deadline get a cancel request.
 
     Every node runs this; `SKIP LOCKED` divides the rows between them.
     """
@@ -615,33 +665,55 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
         found: dict[str, Any] = {}
         for col in (tasks.c.deadline_at, tasks.c.start_deadline_at):
             rows = await tx.all(
-                select(*cols).where(tasks.c.state == states.WAITING, col <= now)
+                select(*cols).where(tasks.c.state.in_((states.WAITING, states.LEASED)), col <= now)
                 .order_by(col).limit(batch).with_for_update(skip_locked=True)
             )
             for r in rows:
                 found[r["id"]] = r
-        if not found:
+        running = await tx.all(
+            select(*cols).where(tasks.c.state == states.RUNNING, tasks.c.deadline_at <= now,
+                                tasks.c.cancel_requested.is_(False))
+            .limit(batch).with_for_update(skip_locked=True)
+        )
+        if not found and not running:
             return 0
-        by_code: dict[str, list[Any]] = defaultdict(list)
+        live = {}
+        leased_ids = sorted([r["id"] for r in found.values() if r["state"] == states.LEASED] + [r["id"] for r in running])
+        if leased_ids:
+            for lease in await tx.all(
+                select(leases).where(leases.c.task_id.in_(leased_ids),
+                                     leases.c.state.in_((states.LEASED, states.RUNNING)))
+                .order_by(leases.c.id).with_for_update()
+            ):
+                live[lease["task_id"]] = lease
+        usage = UsageChanges()
+        events = []
         for r in found.values():
             dl, sdl = r["deadline_at"], r["start_deadline_at"]
             total_first = dl is not None and dl <= now and (sdl is None or sdl > now or dl <= sdl)
-            by_code["DEADLINE_EXCEEDED" if total_first else "START_DEADLINE_EXCEEDED"].append(r)
-        counts: dict[tuple[str, str], int] = defaultdict(int)
-        events = []
-        for code, rows in by_code.items():
-            message = "the total deadline passed" if code == "DEADLINE_EXCEEDED" else "the start deadline passed before any start"
-            error = orjson.dumps({"code": code, "message": message}).decode()
-            ids = [r["id"] for r in rows]
+            code = "DEADLINE_EXCEEDED" if total_first else "START_DEADLINE_EXCEEDED"
+            message = "the total deadline passed" if total_first else "the start deadline passed before any start"
+            error = {"code": code, "message": message}
             await tx.execute(
-                update(tasks).where(tasks.c.id.in_(ids), tasks.c.state == states.WAITING)
-                .values(state=states.FAILED, error=error, updated_at=now, finished_at=now)
+                update(tasks).where(tasks.c.id == r["id"])
+                .values(state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now)
             )
-            for r in rows:
-                counts[(r["queue_id"], r["application_id"])] += 1
-                events.append(_event({**dict(r), "state": states.FAILED}, "task.failed", error={"code": code, "message": message}))
-        await release_slots(tx, counts)
+            usage.add(r["queue_id"], r["application_id"], unfinished=-1)
+            lease = live.get(r["id"])
+            if lease is not None:
+                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
+                    state="ENDED", ended_at=now, outcome=code, reserved=False, push_pending=True))
+                usage.add(r["queue_id"], r["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
+            events.append(_event({**dict(r), "state": states.FAILED}, "task.failed", error=error))
+        for r in running:
+            await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(
+                cancel_requested=True, cancel_reason="the total deadline passed", updated_at=now))
+            lease = live.get(r["id"])
+            if lease is not None:
+                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
+            events.append(_event(r, "task.cancel_requested", reason="the total deadline passed"))
+        await usage.apply(tx)
         await emit_many(tx, events)
-        return len(found)
+        return len(found) + len(running)
 
     return await db.transaction(body)
