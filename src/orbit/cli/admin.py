@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..server.core.permissions import ALL_PERMISSIONS, ALL_QUEUES, BOOTSTRAP_PERMISSIONS
 from ..server.core.ids import is_id
+from ..server.core.timefmt import format_ts
 from ..server.store import migrate as migrations
-from ..server.store.db import Database
+from ..server.store.db import Database, DatabaseUnavailable
 from ..server.services import tenancy
 from .files import FileRefused, check_writable_target, write_secret_json
 
@@ -36,6 +39,21 @@ def _resolve_url(ctx: click.Context, local: str | None) -> str:
 def _fail(message: str, code: int = 1) -> None:
     click.echo(f"orbit-admin: {message}", err=True)
     sys.exit(code)
+
+
+def _run(coro):
+    """Run one database coroutine; a bad URL or an unreachable database is a one-line message.
+
+    Exit 2, not a traceback's exit 1, so that `migrate --check` exits 1 only for pending migrations.
+    """
+    try:
+        return asyncio.run(coro)
+    except migrations.UnknownSchemaRevision as exc:
+        _fail(str(exc), 2)
+    except (DatabaseUnavailable, SQLAlchemyError, OSError, ValueError) as exc:
+        cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) and exc.__cause__ else exc
+        first_line = (str(cause).splitlines() or [""])[0]
+        _fail(f"database error: {type(cause).__name__}: {first_line}", 2)
 
 
 async def _require_current_schema(url: str) -> None:
@@ -80,7 +98,7 @@ def migrate(ctx: click.Context, database_url: str | None, check: bool, status: b
             click.echo("up to date")
         return 0
 
-    sys.exit(asyncio.run(run()))
+    sys.exit(_run(run()))
 
 
 @cli.command()
@@ -102,7 +120,7 @@ def bootstrap(ctx, database_url, application, namespace, environment, queue, wor
     except FileRefused as exc:
         _fail(str(exc))
     perms = list(BOOTSTRAP_PERMISSIONS) + (["worker"] if worker_access else []) + list(extra)
-    issued = asyncio.run(_bootstrap(url, application, namespace, environment, queue, perms))
+    issued = _run(_bootstrap(url, application, namespace, environment, queue, perms))
     try:
         write_secret_json(output, issued.as_file(), force=force)
     except FileRefused as exc:
@@ -176,7 +194,7 @@ def credentials_create(ctx, database_url, application, namespace, permissions, q
         finally:
             await db.close()
 
-    issued = asyncio.run(run())
+    issued = _run(run())
     try:
         write_secret_json(output, issued.as_file(), force=force)
     except FileRefused as exc:
@@ -208,11 +226,12 @@ def credentials_list(ctx, database_url, application, as_json):
         finally:
             await db.close()
 
-    rows = asyncio.run(run())
+    rows = _run(run())
     for r in rows:
         status = "revoked" if r["revoked_at"] else "active"
         if as_json:
-            out = {k: (v.isoformat() + "Z" if hasattr(v, "isoformat") else v) for k, v in r.items()}
+            # str(k): row keys are SQLAlchemy `quoted_name`s, which orjson refuses as dict keys.
+            out = {str(k): (format_ts(v) if isinstance(v, datetime) else v) for k, v in r.items()}
             out["status"] = status
             click.echo(orjson.dumps(out).decode())
         else:
@@ -241,7 +260,7 @@ def credentials_revoke(ctx, database_url, credential_id, reason):
         finally:
             await db.close()
 
-    changed = asyncio.run(run())
+    changed = _run(run())
     click.echo(f"credential {credential_id} {'revoked' if changed else 'was already revoked'}")
 
 

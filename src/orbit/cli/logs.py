@@ -11,6 +11,8 @@ import structlog
 def configure_logging(level: str = "info") -> None:
     lvl = getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(stream=sys.stderr, level=lvl, format="%(message)s")
+    # Alembic announces its dialect on every migration-context use; that is not news.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -33,10 +35,50 @@ def _lock_sqlite(url: str):
     return fh
 
 
-def _serve(settings, host: str, port: int, banner: list[str] | None = None) -> None:
+def _serve(settings, host: str, port: int, banner: list[str] | None = None, drain_seconds: float = 10.0) -> None:
     import uvicorn
 
     from ..server.app import create_app
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM/SIGINT once its graceful shutdown is over, so the
+        process would end *by the signal* (exit status -15/-2, i.e. 143/130). A node that
+        drained cleanly exits 0 instead: forget the captured signals before uvicorn
+        restores the default handlers and re-raises them."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    captured = getattr(self, "_captured_signals", None)
+                    if isinstance(captured, list):
+                        captured.clear()
+
+        def handle_exit(self, sig, frame) -> None:
+            """First signal: drain worker sessions (push `drain`, grant no claims, keep
+            serving renew/complete) until they hold no lease or the drain deadline
+            passes; then uvicorn's own graceful shutdown. A second signal forces it."""
+            hub = app.state.hub
+            if not self.drain_started and not self.should_exit and hub.sessions and loop is not None:
+                self.drain_started = True
+                loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.drain()))
+                return
+            super().handle_exit(sig, frame)
+
+        async def drain(self) -> None:
+            app.state.draining = True
+            await app.state.hub.begin_drain(int(drain_seconds * 1000))
+            deadline = time.monotonic() + drain_seconds
+            while time.monotonic() < deadline and not self.should_exit:
+                try:
+                    if not app.state.hub.sessions or await app.state.hub.leases_held() == 0:
+                        break
+                except Exception:
+                    break
+                await asyncio.sleep(0.2)
+            self.should_exit = True
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -49,9 +91,13 @@ def _serve(settings, host: str, port: int, banner: list[str] | None = None) -> N
         timeout_graceful_shutdown=10,
         ws_ping_interval=None,
     )
-    server = uvicorn.Server(config)
+    server = Server(config)
+    server.drain_started = False
+    loop = None
 
     async def run() -> None:
+        nonlocal loop
+        loop = asyncio.get_running_loop()
         if banner:
             for line in banner:
                 click.echo(line)

@@ -178,11 +178,18 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.state.draining = False
     app.state.hub = WorkerHub(database, settings.node_id)
 
+    schema_checked = {"at": 0.0, "ok": False}
+
     async def schema_is_current() -> bool:
+        """Checked at most every few seconds: readiness probes must stay cheap."""
+        if time.monotonic() - schema_checked["at"] < 5 and schema_checked["ok"]:
+            return True
         try:
-            return await migrate.current_revision_on(database) == head
+            ok = await migrate.current_revision_on(database) == head
         except Exception:
-            return False
+            ok = False
+        schema_checked.update(at=time.monotonic(), ok=ok)
+        return ok
 
     app.state.schema_is_current = schema_is_current
     _install_error_handlers(app)

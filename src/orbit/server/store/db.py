@@ -25,8 +25,12 @@ from sqlalchemy.pool import NullPool
 T = TypeVar("T")
 log = structlog.get_logger("orbit.store")
 
-# MySQL/MariaDB: deadlock, lock wait timeout. Both mean "run it again".
+# MySQL/MariaDB: deadlock and lock wait timeout mean "run it again". A lock wait
+# timeout is retried only a couple of times: a row held that long belongs to a
+# stuck peer, and the client is better served by a prompt 503.
 RETRYABLE_MYSQL_ERRORS = {1213, 1205}
+LOCK_WAIT_TIMEOUT = 1205
+MAX_LOCK_WAIT_RETRIES = 2
 DUPLICATE_KEY = 1062
 MAX_ATTEMPTS = 12
 
@@ -171,7 +175,13 @@ class Database:
         def _on_connect(dbapi_conn, _record):  # pragma: no cover - driver callback
             cur = dbapi_conn.cursor()
             cur.execute("SET SESSION time_zone = '+00:00'")
-            cur.execute("SET SESSION innodb_lock_wait_timeout = 10")
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 5")
+            try:
+                # MariaDB: a session stuck inside a transaction (frozen or partitioned node)
+                # is killed so that its row locks do not block every other node.
+                cur.execute("SET SESSION idle_transaction_timeout = 15")
+            except Exception:
+                pass
             cur.close()
 
     @staticmethod
@@ -193,6 +203,7 @@ class Database:
     async def transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction, retrying the whole of it on lock conflicts."""
         attempt = 0
+        lock_waits = 0
         while True:
             attempt += 1
             committing = False
@@ -211,6 +222,10 @@ class Database:
                 return result
             except Exception as exc:
                 stale = isinstance(exc, DBAPIError) and exc.connection_invalidated and not committing
+                if mysql_error_code(exc) == LOCK_WAIT_TIMEOUT:
+                    lock_waits += 1
+                    if lock_waits > MAX_LOCK_WAIT_RETRIES:
+                        raise DatabaseUnavailable("lock wait timeout") from exc
                 if (stale or _is_retryable(exc, self.dialect)) and attempt < MAX_ATTEMPTS:
                     await asyncio.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 7))))
                     continue

@@ -24,9 +24,25 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(_config()).get_current_head()
 
 
+class UnknownSchemaRevision(Exception):
+    """The database was migrated by a newer Orbit than this one."""
+
+
+def _known(script: ScriptDirectory, revision: str) -> bool:
+    try:
+        return script.get_revision(revision) is not None
+    except Exception:
+        return False
+
+
 def _pending_sync(conn) -> list[tuple[str, str]]:
     script = ScriptDirectory.from_config(_config())
     current = MigrationContext.configure(conn).get_current_revision()
+    if current is not None and not _known(script, current):
+        raise UnknownSchemaRevision(
+            f"the database is at schema revision {current}, which this Orbit version does not know "
+            f"(its latest is {script.get_current_head()}); run a newer Orbit"
+        )
     pending = []
     for rev in script.walk_revisions(base="base", head="heads"):
         if current is not None and (rev.revision == current or _is_ancestor(script, rev.revision, current)):
