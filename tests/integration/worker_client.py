@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import json
 import socket
+import uuid
 from typing import Any
 
 import uvicorn
@@ -47,6 +48,7 @@ class Worker:
         self.ws = ws
         self.pushes: list[dict[str, Any]] = []
         self._ids = itertools.count()
+        self._prefix = uuid.uuid4().hex[:8]  # message ids name commands per credential: keep them unique
         self._waiting: dict[str, asyncio.Future] = {}
         self._push_event = asyncio.Event()
         self._reader = asyncio.create_task(self._read())
@@ -75,7 +77,7 @@ class Worker:
                     self._push_event.set()
 
     async def call(self, type_: str, *, id: str | None = None, **fields: Any) -> dict[str, Any]:
-        msg_id = id or f"{type_}-{next(self._ids)}"
+        msg_id = id or f"{type_}-{self._prefix}-{next(self._ids)}"
         fut = asyncio.get_running_loop().create_future()
         self._waiting[msg_id] = fut
         await self.ws.send(json.dumps({"type": type_, "id": msg_id, **fields}))

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 
 from ..core import states
 from ..core.backoff import backoff_ms
@@ -24,7 +25,7 @@ from ..core.ids import new_id
 from ..core.rate_window import RateWindow, authorize_start, claim_room
 from ..core.timefmt import format_ts
 from ..store.bulk import update_many
-from ..store.db import Database, Tx
+from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
 from ..store.tables import leases, queue_usage, queues, tasks, worker_claims
 from .auth import Principal
 from .outbox import emit_many
@@ -174,9 +175,14 @@ async def claim(
             for t, lr in zip(candidates, lease_rows)
         ])
         stored = [{k: v for k, v in g.items() if k != "payload"} for g in granted]
-        await tx.execute(worker_claims.insert().values(
-            credential_id=cred, msg_id=msg_id, response=orjson.dumps(stored).decode(), created_at=now,
-        ))
+        try:
+            await tx.execute(worker_claims.insert().values(
+                credential_id=cred, msg_id=msg_id, response=orjson.dumps(stored).decode(), created_at=now,
+            ))
+        except IntegrityError as exc:
+            if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
+                raise RetryTransaction() from exc
+            raise
         return ok(tasks=granted)
 
     return await db.transaction(body)
