@@ -192,7 +192,7 @@ class SubmitTaskItem(SubmitTaskRequest):
 class BatchSubmitRequest(StrictRequest):
     """Body of `POST /v1/queues/{queue_id}/tasks:batch` (each item validated on its own)."""
 
-    tasks: list[dict[str, Any]] = Field(min_length=1, max_length=500)
+    tasks: list[Any] = Field(min_length=1, max_length=500, description="items: idempotency_key + submit fields")
 
 
 class CancelTaskRequest(StrictRequest):

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Request
-from pydantic import ValidationError
 
 from ...models import (
     AttemptPage,
@@ -24,14 +21,12 @@ from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest
 from .common import (
     decode_cursor,
-    describe_validation_error,
     encode_cursor,
     idempotency_key,
     json_response,
     outcome_response,
     principal,
     read_body,
-    read_json_object,
     write_context,
 )
 from .openapi import Envelope, body_spec, error_responses
@@ -66,17 +61,6 @@ async def submit_task(request: Request, queue_id: str):
     return outcome_response(request, outcome, 201)
 
 
-def batch_items(raw: dict[str, Any]) -> list[Any]:
-    """Validate only the batch envelope: a non-object item is that item's own error, not the batch's."""
-    items = raw.get("tasks")
-    envelope = {**raw, "tasks": [i if isinstance(i, dict) else {} for i in items]} if isinstance(items, list) else raw
-    try:
-        BatchSubmitRequest.model_validate(envelope)
-    except ValidationError as exc:
-        raise describe_validation_error(exc) from None
-    return items
-
-
 @router.post(
     "/v1/queues/{queue_id}/tasks:batch",
     openapi_extra=body_spec(BatchSubmitRequest),
@@ -87,8 +71,8 @@ async def submit_batch(request: Request, queue_id: str):
     who = await principal(request)
     who.require("tasks:submit")
     who.require_queue(queue_id)
-    raw = await read_json_object(request)
-    items = batch_items(raw)
+    raw, req = await read_body(request, BatchSubmitRequest)
+    items = req.tasks
     key = idempotency_key(request)
     limit = request.app.state.settings.max_payload_bytes
     commands = [svc.batch_item_command(queue_id, i, item, limit) for i, item in enumerate(items)]

@@ -1,0 +1,271 @@
+"""Task identity (Idempotency-Key) and the backlog limit of a queue (tasks.md, queues.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import make_tenant
+from .task_helpers import (
+    assert_error,
+    assert_fresh_task,
+    assert_queue_full,
+    cancel,
+    configure,
+    counter_invariant,
+    idempotency_records_for,
+    ok,
+    retire,
+    snapshot,
+    submit,
+    tasks_path,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_same_key_same_content_replays_the_original_receipt(tenant):
+    q = await tenant.create_queue()
+    body = {"payload": {"image": "a.png", "sizes": [1, 2]}, "priority": 7, "retry": {"jitter": 0}}
+    first = await submit(tenant, q, body, key="img-1")
+    before = await snapshot(tenant, q["id"])
+    assert before["unfinished"] == 1
+
+    replay = ok(await tenant.post(tasks_path(q), body, key="img-1"))
+    assert replay == {"deduplicated": True, "task": first}
+    # Canonical JSON: key order and whitespace do not change the identity.
+    reordered = {"retry": {"jitter": 0}, "priority": 7, "payload": {"sizes": [1, 2], "image": "a.png"}}
+    assert ok(await tenant.post(tasks_path(q), reordered, key="img-1")) == {"deduplicated": True, "task": first}
+    assert await snapshot(tenant, q["id"]) == before
+    assert len(await idempotency_records_for(tenant, "img-1")) == 1
+
+
+async def test_same_key_different_content_is_an_idempotency_conflict(tenant):
+    q = await tenant.create_queue()
+    other = await tenant.create_queue()
+    await submit(tenant, q, {"payload": 1}, key="k")
+    await submit(tenant, q, {"payload": 1, "priority": 7}, key="k7")
+    before = await snapshot(tenant, q["id"])
+    for path, body in (
+        (tasks_path(q), {"payload": 2}),
+        (tasks_path(q), {"payload": "1"}),
+        # Omitted optional fields are not filled with defaults before digesting.
+        (tasks_path(q), {"payload": 1, "priority": 5}),
+        (tasks_path(q), {"payload": 1, "retry": {}}),
+        # The queue is part of the identity.
+        (tasks_path(other), {"payload": 1}),
+    ):
+        assert_error(await tenant.post(path, body, key="k"), 409, "IDEMPOTENCY_CONFLICT")
+    assert_error(await tenant.post(tasks_path(q), {"payload": 1}, key="k7"), 409, "IDEMPOTENCY_CONFLICT")
+    # A conflicting body that is also invalid is still refused, and never half-applied.
+    r = await tenant.post(tasks_path(q), {"payload": 1, "priority": 99}, key="k")
+    assert r.status_code in (400, 409), r.text
+    assert await snapshot(tenant, q["id"]) == before
+    assert await counter_invariant(tenant, other["id"]) == 0
+
+
+async def test_replay_is_the_original_snapshot_not_the_live_task(tenant):
+    q = await tenant.create_queue()
+    first = await submit(tenant, q, {"payload": {"n": 1}}, key="orig")
+    assert (await cancel(tenant, first["id"])).status_code == 200
+    live = ok(await tenant.get(f"/v1/tasks/{first['id']}"))
+    assert live["state"] == "CANCELLED"
+    replay = ok(await tenant.post(tasks_path(q), {"payload": {"n": 1}}, key="orig"))
+    assert replay == {"deduplicated": True, "task": first}
+    assert replay["task"]["state"] == "WAITING" and replay["task"]["payload"] == {"n": 1}
+
+
+async def test_identity_is_scoped_to_the_namespace_and_checked_for_permissions(tenant, db, http):
+    q = await tenant.create_queue()
+    first = await submit(tenant, q, {"payload": 1}, key="shared-key")
+    other_q = await tenant.create_queue()
+    no_submit = await tenant.credential(["tasks:read", "tasks:cancel"])
+    out_of_scope = await tenant.credential(["tasks:submit"], queue_scope=[other_q["id"]])
+    another_submitter = await tenant.credential(["tasks:submit"], queue_scope=[q["id"]])
+    before = await snapshot(tenant, q["id"])
+    # Permissions are checked on replays too.
+    r = await tenant.post(tasks_path(q), {"payload": 1}, key="shared-key", token=no_submit)
+    assert_error(r, 403, "PERMISSION_DENIED")
+    r = await tenant.post(tasks_path(q), {"payload": 1}, key="shared-key", token=out_of_scope)
+    assert_error(r, 404, "NOT_FOUND")
+    # Any credential of the namespace replays the same identity.
+    r = await tenant.post(tasks_path(q), {"payload": 1}, key="shared-key", token=another_submitter)
+    assert ok(r) == {"deduplicated": True, "task": first}
+    assert await snapshot(tenant, q["id"]) == before
+
+    # Another namespace's key space is its own.
+    stranger = await make_tenant(db, http)
+    sq = await stranger.create_queue()
+    theirs = await submit(stranger, sq, {"payload": 1}, key="shared-key")
+    assert theirs["id"] != first["id"]
+    assert await snapshot(tenant, q["id"]) == before
+
+
+async def test_queue_full_is_the_exact_429_and_leaves_no_record(tenant):
+    q = await tenant.create_queue(max_unfinished_tasks=1)
+    first = await submit(tenant, q, {"payload": 1}, key="a")
+    before = await snapshot(tenant, q["id"])
+    for body, key in (({"payload": 2}, "b"), ({"payload": 2}, "b"), ({"payload": 3, "priority": 9}, "c")):
+        assert_queue_full(await tenant.post(tasks_path(q), body, key=key))
+        assert await idempotency_records_for(tenant, key) == []
+    assert await snapshot(tenant, q["id"]) == before
+    # A replay is answered first, whatever the fullness.
+    assert ok(await tenant.post(tasks_path(q), {"payload": 1}, key="a")) == {"deduplicated": True, "task": first}
+
+    assert ok(await cancel(tenant, first["id"]))["task"]["state"] == "CANCELLED"
+    assert await counter_invariant(tenant, q["id"]) == 0
+    # The rejected key left no record: it may even come back with other content.
+    second = await submit(tenant, q, {"payload": "other content"}, key="b")
+    assert_fresh_task(second, q)
+    assert await counter_invariant(tenant, q["id"]) == 1
+    assert ok(await tenant.post(tasks_path(q), {"payload": "other content"}, key="b"))["task"] == second
+    assert_queue_full(await tenant.post(tasks_path(q), {"payload": 3, "priority": 9}, key="c"))
+
+
+async def test_replays_survive_full_paused_and_retired_queues(tenant):
+    q = await tenant.create_queue(max_unfinished_tasks=1)
+    a = await submit(tenant, q, {"payload": "a"}, key="a")
+    assert_queue_full(await tenant.post(tasks_path(q), {"payload": "x"}))
+    assert ok(await tenant.post(tasks_path(q), {"payload": "a"}, key="a")) == {"deduplicated": True, "task": a}
+
+    paused = await configure(tenant, q["id"], paused=True)
+    assert paused["paused"] is True
+    assert ok(await tenant.post(tasks_path(q), {"payload": "a"}, key="a")) == {"deduplicated": True, "task": a}
+    assert_queue_full(await tenant.post(tasks_path(q), {"payload": "x"}))
+    assert (await cancel(tenant, a["id"])).status_code == 200
+    # A paused queue accepts tasks.
+    b = await submit(tenant, q, {"payload": "b"}, key="b")
+    assert_fresh_task(b, q)
+    assert (await cancel(tenant, b["id"])).status_code == 200
+    assert await counter_invariant(tenant, q["id"]) == 0
+
+    retired = await retire(tenant, q["id"])
+    assert retired["retired_at"] is not None
+    before = await snapshot(tenant, q["id"])
+    for key, body, task in (("a", {"payload": "a"}, a), ("b", {"payload": "b"}, b)):
+        assert ok(await tenant.post(tasks_path(q), body, key=key)) == {"deduplicated": True, "task": task}
+    # A retired queue accepts no new task; the refused key leaves no record.
+    r = await tenant.post(tasks_path(q), {"payload": "new"}, key="new-after-retire")
+    assert_error(r, 409, "STATE_CONFLICT")
+    assert await idempotency_records_for(tenant, "new-after-retire") == []
+    assert_error(await tenant.post(tasks_path(q), {"payload": "changed"}, key="a"), 409, "IDEMPOTENCY_CONFLICT")
+    assert await snapshot(tenant, q["id"]) == before
+
+
+async def test_paused_queue_accepts_tasks(tenant):
+    q = await tenant.create_queue()
+    await configure(tenant, q["id"], paused=True)
+    t = await submit(tenant, q, {"payload": 1, "priority": 9})
+    assert_fresh_task(t, q)
+    assert await counter_invariant(tenant, q["id"]) == 1
+
+
+async def test_lowering_the_backlog_limit_keeps_tasks_and_refuses_new_ones(tenant):
+    q = await tenant.create_queue(max_unfinished_tasks=5)
+    ids = [(await submit(tenant, q, {"payload": i}))["id"] for i in range(3)]
+    lowered = await configure(tenant, q["id"], max_unfinished_tasks=1)
+    assert lowered["max_unfinished_tasks"] == 1
+    assert await counter_invariant(tenant, q["id"]) == 3
+    for task_id in ids:
+        assert ok(await tenant.get(f"/v1/tasks/{task_id}"))["state"] == "WAITING"
+    before = await snapshot(tenant, q["id"])
+    assert_queue_full(await tenant.post(tasks_path(q), {"payload": "new"}, key="new"))
+    assert await snapshot(tenant, q["id"]) == before
+    for n, task_id in enumerate(ids, start=1):
+        assert ok(await cancel(tenant, task_id))["task"]["state"] == "CANCELLED"
+        assert await counter_invariant(tenant, q["id"]) == 3 - n
+        r = await tenant.post(tasks_path(q), {"payload": "new"}, key="new")
+        if n < 3:
+            assert_queue_full(r)  # still at or above the new limit of 1
+        else:
+            assert_fresh_task(ok(r, 201)["task"], q)
+    assert await counter_invariant(tenant, q["id"]) == 1
+    assert_queue_full(await tenant.post(tasks_path(q), {"payload": "one more"}))
+
+
+async def test_acceptance_sequence_of_queues_md(tenant):
+    """Backlog 2: two accepted, the third 429, replay, cancel, the third again with its identity."""
+    q = await tenant.create_queue(max_unfinished_tasks=2, max_concurrency=2, rate_per_second=1)
+    await configure(tenant, q["id"], paused=True)
+    bodies = [{"payload": {"echo": n}, "deadline_seconds": 20} for n in (1, 2, 3)]
+    first = await submit(tenant, q, bodies[0], key="acceptance-1")
+    second = await submit(tenant, q, bodies[1], key="acceptance-2")
+    assert await counter_invariant(tenant, q["id"]) == 2
+
+    before = await snapshot(tenant, q["id"])
+    third = await tenant.post(tasks_path(q), bodies[2], key="acceptance-3")
+    assert_queue_full(third)
+    assert await idempotency_records_for(tenant, "acceptance-3") == []
+    duplicate = ok(await tenant.post(tasks_path(q), bodies[0], key="acceptance-1"))
+    assert duplicate == {"deduplicated": True, "task": first}
+    assert await snapshot(tenant, q["id"]) == before
+
+    cancelled = ok(await cancel(tenant, first["id"], "make room"))
+    assert cancelled["task"]["state"] == "CANCELLED"
+    assert await counter_invariant(tenant, q["id"]) == 1
+    retried = ok(await tenant.post(tasks_path(q), bodies[2], key="acceptance-3"), 201)
+    assert retried["deduplicated"] is False
+    assert_fresh_task(retried["task"], q)
+    assert retried["task"]["payload"] == {"echo": 3}
+    assert await counter_invariant(tenant, q["id"]) == 2
+
+    resumed = await configure(tenant, q["id"], paused=False)
+    assert resumed["paused"] is False and resumed["unfinished_tasks"] == "2"
+    for t in (second, retried["task"]):
+        assert ok(await tenant.get(f"/v1/tasks/{t['id']}"))["state"] == "WAITING"
+        # No worker here: cancel rather than leave 20-second deadlines to other tests' sweeps.
+        assert (await cancel(tenant, t["id"], "cleanup")).status_code == 200
+    assert await counter_invariant(tenant, q["id"]) == 0
+
+
+async def test_application_quota_is_checked_after_the_queue_limit(tenant):
+    from sqlalchemy import update
+
+    from orbit.server.store.tables import applications
+
+    async def set_quota(tx):
+        await tx.execute(
+            update(applications).where(applications.c.id == tenant.application["id"]).values(max_unfinished_tasks=2)
+        )
+
+    await tenant.db.transaction(set_quota)
+    q1 = await tenant.create_queue()
+    q2 = await tenant.create_queue()
+    a = await submit(tenant, q1, {"payload": 1}, key="app-a")
+    await submit(tenant, q2, {"payload": 2})
+    before = await snapshot(tenant, q1["id"])
+    for q in (q1, q2):
+        r = await tenant.post(tasks_path(q), {"payload": 3}, key="app-c")
+        err = assert_error(r, 429, "APPLICATION_FULL")
+        assert r.headers.get("retry-after") == "1" and "details" not in err
+        assert await idempotency_records_for(tenant, "app-c") == []
+    data = ok(await tenant.post(f"{tasks_path(q1)}:batch", {"tasks": [
+        {"idempotency_key": "app-a", "payload": 1}, {"idempotency_key": "app-d", "payload": 4},
+    ]}))
+    assert data["results"][0] == {"deduplicated": True, "task": a}
+    assert data["results"][1]["error"]["code"] == "APPLICATION_FULL"
+    after = await snapshot(tenant, q1["id"])
+    assert after["tasks"] == before["tasks"] and after["usage"] == before["usage"]
+    assert await counter_invariant(tenant, q2["id"]) == 1
+    assert (await cancel(tenant, a["id"])).status_code == 200
+    await submit(tenant, q2, {"payload": 3}, key="app-c")
+
+
+async def test_concurrent_submits_never_exceed_the_limit(tenant):
+    import asyncio
+
+    q = await tenant.create_queue(max_unfinished_tasks=3)
+    responses = await asyncio.gather(*(tenant.post(tasks_path(q), {"payload": i}) for i in range(8)))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [201] * 3 + [429] * 5, [r.text for r in responses]
+    assert await counter_invariant(tenant, q["id"]) == 3
+
+
+async def test_concurrent_submits_with_one_key_create_one_task(tenant):
+    import asyncio
+
+    q = await tenant.create_queue()
+    responses = await asyncio.gather(*(tenant.post(tasks_path(q), {"payload": "same"}, key="race") for _ in range(5)))
+    assert sorted(r.status_code for r in responses) == [200] * 4 + [201], [r.text for r in responses]
+    tasks = [ok(r, r.status_code)["task"] for r in responses]
+    assert all(t == tasks[0] for t in tasks)
+    assert await counter_invariant(tenant, q["id"]) == 1
