@@ -9,6 +9,7 @@ import orjson
 from sqlalchemy import or_, select
 
 from ..core.ids import is_id, new_id
+from ..core.timefmt import format_ts
 from ..store.db import Tx
 from ..store.tables import application_usage, applications, credentials, namespaces, queues
 from .auth import insert_credential
@@ -177,5 +178,5 @@ async def revoke_credential(tx: Tx, credential_id: str, reason: str) -> bool:
     )
     await write_audit(tx, ADMIN, namespace_id=row["namespace_id"], action="credential.revoke",
                       resource_type="credential", resource_id=credential_id, reason=reason,
-                      before={"revoked_at": None}, after={"revoked_at": now.isoformat() + "Z"})
+                      before={"revoked_at": None}, after={"revoked_at": format_ts(now)})
     return True

@@ -1,0 +1,36 @@
+"""`orbit server`: refuses a stale schema, serves a migrated one, shuts down on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from orbit.server.store import migrate
+
+from .conftest import child_env, cli, pending
+
+
+def test_refuses_unmigrated_database(empty_db_url):
+    refused = cli("orbit", "server", "--database-url", empty_db_url, "--port", "9")
+    assert refused.returncode == 2, refused
+    assert "migration" in refused.stderr and "orbit-admin migrate" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert pending(empty_db_url)[0] == "000001"  # the server applied nothing itself
+
+
+def test_sqlite_node_lifecycle(tmp_path, spawn):
+    url = f"sqlite:///{tmp_path / 'node.db'}"
+    asyncio.run(migrate.upgrade(url))
+    first = spawn("orbit", "server", env=child_env(ORBIT_DATABASE_URL=url))  # the URL from the environment
+    ready = first.wait_ready()
+    assert ready.json()["data"]["status"] == "ready"
+    assert first.get("/healthz").status_code == 200
+
+    second = spawn("orbit", "server", "--database-url", url)
+    assert second.proc.wait(25) == 2, second.stderr
+    assert "single node" in second.stderr or "already serving" in second.stderr
+    assert first.get("/readyz").status_code == 200  # the first node is unaffected
+
+    started = time.monotonic()
+    assert first.terminate(timeout=15) == 0, first.stderr
+    assert time.monotonic() - started < 15
