@@ -183,6 +183,8 @@ def credentials_create(ctx, database_url, application, namespace, permissions, q
             async def body(tx):
                 app = await tenancy.find_application(tx, application)
                 ns = await tenancy.find_namespace(tx, app["id"], namespace)
+                if isinstance(scope, list):
+                    await tenancy.check_queues_exist(tx, ns["id"], scope)
                 return await tenancy.issue_credential(
                     tx, application=app, namespace=ns, permissions=list(permissions), queue_scope=scope,
                     queue_id=scope[0] if isinstance(scope, list) and len(scope) == 1 else None, label=label,

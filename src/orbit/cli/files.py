@@ -24,6 +24,8 @@ def check_writable_target(path: Path, *, force: bool) -> None:
         raise FileRefused(
             f"refusing to write a credential into {directory}: it is group- or world-writable (chmod go-w)"
         )
+    if path.is_dir():
+        raise FileRefused(f"{path} is a directory; give a file path")
     if path.exists() and not force:
         raise FileRefused(f"{path} already exists; pass --force to overwrite it")
 

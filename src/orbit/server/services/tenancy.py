@@ -145,6 +145,14 @@ async def find_namespace(tx: Tx, application_id: str, ref: str) -> dict[str, Any
     return dict(row)
 
 
+async def check_queues_exist(tx: Tx, namespace_id: str, queue_ids: list[str]) -> None:
+    """A scope naming queues that are not in the namespace would silently reach nothing."""
+    rows = await tx.all(select(queues.c.id).where(queues.c.namespace_id == namespace_id, queues.c.id.in_(queue_ids)))
+    missing = sorted(set(queue_ids) - {r["id"] for r in rows})
+    if missing:
+        raise AdminError(f"--queue-scope {missing[0]} is not a queue of that namespace")
+
+
 async def list_credentials(tx: Tx, application_id: str | None) -> list[dict[str, Any]]:
     stmt = select(
         credentials.c.id, credentials.c.application_id, credentials.c.namespace_id, credentials.c.permissions,
