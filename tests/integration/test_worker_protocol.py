@@ -297,3 +297,23 @@ async def test_deadlines_of_leased_and_running_tasks(tenant, base):
     assert t["error"]["code"] == "DEADLINE_EXCEEDED"
     u = await usage(tenant, q["id"])
     assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 0)
+
+
+async def test_lowering_concurrency_revokes_nothing_and_waits_for_drain(tenant, base):
+    q = await tenant.create_queue(max_concurrency=3, rate_per_second=100)
+    await submit(tenant, q["id"], 5)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=3)
+        assert len(c["tasks"]) == 3
+        r = await tenant.post(f"/v1/queues/{q['id']}:configure", {
+            "expected_revision": "1", "reason": "fewer workers", "paused": False, "max_concurrency": 1,
+            "rate_per_second": 100, "max_unfinished_tasks": 100})
+        assert r.status_code == 200
+        for lease in c["tasks"]:  # nothing already held is revoked
+            assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
+        for lease in c["tasks"][:2]:
+            assert (await w.call("complete", lease_id=lease["lease_id"], outcome="succeeded"))["ok"]
+            assert (await w.call("claim", queue_id=q["id"], max_tasks=3))["tasks"] == []
+        assert (await w.call("complete", lease_id=c["tasks"][2]["lease_id"], outcome="succeeded"))["ok"]
+        assert len((await w.call("claim", queue_id=q["id"], max_tasks=3))["tasks"]) == 1
