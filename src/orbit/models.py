@@ -52,8 +52,17 @@ U64 = Annotated[
     PlainSerializer(lambda v: str(v), return_type=str),
     WithJsonSchema({"type": "string", "pattern": "^[0-9]{1,20}$", "description": "uint64 as a decimal string"}),
 ]
-QueueName = Annotated[str, AfterValidator(check_name)]
-Reason = Annotated[str, AfterValidator(check_reason)]
+QueueName = Annotated[
+    str,
+    AfterValidator(check_name),
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"}),
+]
+Reason = Annotated[
+    str,
+    AfterValidator(check_reason),
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "\\S",
+                    "description": "not blank; at most 1024 characters"}),
+]
 Revision = Annotated[
     str,
     AfterValidator(lambda v: (parse_revision(v), v)[1]),
@@ -156,7 +165,7 @@ Timestamp = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time", "description": "RFC 3339 with an offset"}),
 ]
 JsonValue = Annotated[Any, AfterValidator(_not_null), WithJsonSchema({"description": "any JSON value except null"})]
-ResourceKeyName = Annotated[str, AfterValidator(check_name)]
+ResourceKeyName = QueueName
 
 
 class RetryPolicy(StrictRequest):

@@ -113,7 +113,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return error_response(request, ApiError(404, "NOT_FOUND", "no such route"))
         if exc.status_code == 405:
-            return error_response(request, ApiError(405, "INVALID_ARGUMENT", "method not allowed on this route"))
+            allow = (exc.headers or {}).get("Allow")
+            return error_response(request, ApiError(405, "INVALID_ARGUMENT", "method not allowed on this route",
+                                                    headers={"Allow": allow} if allow else None))
         return error_response(request, ApiError(exc.status_code, "INVALID_ARGUMENT", str(exc.detail)))
 
 

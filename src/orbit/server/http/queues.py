@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import ConfigureQueueRequest, CreateQueueRequest, CreateQueueResult, Queue, QueuePage, RetireQueueRequest
 from ..services import queues as svc
+from ..services.auth import Principal
 from .common import (
     decode_cursor,
     encode_cursor,
@@ -44,12 +45,12 @@ async def create_queue(request: Request):
 )
 async def list_queues(
     request: Request,
+    who: Principal = Depends(principal),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
     name: str | None = Query(None, max_length=128),
     include_retired: bool = Query(False),
 ):
-    who = await principal(request)
     who.require("queues:read", all_queues=True)
     items, last = await svc.list_queues(
         request.app.state.db, who, name=name, include_retired=include_retired, limit=limit,

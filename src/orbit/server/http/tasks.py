@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import (
     AttemptPage,
@@ -18,6 +18,7 @@ from ...models import (
 
 from ..errors import invalid_argument
 from ..services import tasks as svc
+from ..services.auth import Principal
 from ..services.idempotency import IdempotencyScope, request_digest
 from .common import (
     decode_cursor,
@@ -101,6 +102,7 @@ async def get_task(request: Request, task_id: str):
 async def list_tasks(
     request: Request,
     queue_id: str,
+    who: Principal = Depends(principal),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
     state: list[str] = Query([], description="repeatable state filter"),
@@ -108,7 +110,6 @@ async def list_tasks(
     created_after: str | None = Query(None, description="RFC 3339"),
     created_before: str | None = Query(None, description="RFC 3339"),
 ):
-    who = await principal(request)
     who.require("tasks:read")
     flt = svc.parse_task_filter(state, schedule_id, created_after, created_before)
     items, last = await svc.list_tasks(
@@ -125,10 +126,10 @@ async def list_tasks(
 async def list_attempts(
     request: Request,
     task_id: str,
+    who: Principal = Depends(principal),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
 ):
-    who = await principal(request)
     who.require("tasks:read")
     after = decode_cursor(cursor)
     if after is not None and not after.isdigit():

@@ -1,0 +1,350 @@
+"""The raw worker protocol (`workers.md`) for low-level users: one WebSocket session.
+
+`WorkerSession` sends a command frame with a unique message id and awaits the
+reply carrying `reply_to` that id. Pushed frames (`cancel_requested`,
+`lease_revoked`, `drain`) go to the `on_push` callback, or to the `pushes`
+queue when there is none. Error replies raise `WorkerProtocolError`; a socket
+that closes before the reply arrived raises `WorkerConnectionClosed` (a
+`TransportError`: the outcome is unknown).
+
+Message ids name *commands*, scoped per credential on the server: resending a
+command with the same id (after a reconnect or a backoff) is a replay that the
+server answers with the original outcome and never executes twice. Every
+method therefore accepts an explicit `msg_id`; generated ids are UUID-based so
+that they are globally unique.
+
+A low-level client must never run a task without a successful `start` reply
+and must respect the remaining lease (see `queues.md`). `orbit.Worker` does all
+of that for you.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import websockets
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from .errors import APIError, OrbitError, TransportError, parse_retry_after
+
+__all__ = [
+    "WorkerConnectionClosed",
+    "WorkerProtocolError",
+    "WorkerSession",
+    "new_message_id",
+    "worker_connect_url",
+]
+
+log = logging.getLogger("orbit.worker")
+
+SDK_NAME = "orbit-python"
+CONNECT_PATH = "/v1/workers/connect"
+DEFAULT_REPLY_TIMEOUT = 30.0
+
+PushHandler = Callable[[dict[str, Any]], "Awaitable[None] | None"]
+
+
+class WorkerProtocolError(OrbitError):
+    """The server answered a worker command with `ok: false`.
+
+    `code` is one of the protocol error codes (`RATE_LIMITED`, `QUEUE_PAUSED`,
+    `LEASE_EXPIRED`, `LEASE_LOST`, `TASK_CANCELLED`, `START_DEADLINE_EXCEEDED`,
+    `STATE_CONFLICT`, `NOT_FOUND`, `INVALID_ARGUMENT`, `UNAVAILABLE`, ...);
+    `retry_after_ms` is the server's hint (None when absent).
+    """
+
+    def __init__(self, code: str, message: str, retry_after_ms: int | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retry_after_ms = retry_after_ms
+
+
+class WorkerConnectionClosed(TransportError):
+    """The session closed (or a reply did not come in time) before the command was answered.
+
+    The outcome is unknown: resend the *same* message id on a new session.
+    """
+
+
+def new_message_id(kind: str = "m") -> str:
+    """A globally unique message id (visible ASCII, well under 128 characters)."""
+    return f"{kind}-{uuid.uuid4().hex}"
+
+
+def worker_connect_url(url: str) -> str:
+    """`http(s)://host[:port][/prefix]` (or `ws(s)://...`) → the worker WebSocket URL."""
+    base = url.strip().rstrip("/")
+    if base.startswith("https://"):
+        base = "wss://" + base[len("https://"):]
+    elif base.startswith("http://"):
+        base = "ws://" + base[len("http://"):]
+    elif not base.startswith(("ws://", "wss://")):
+        raise ValueError(f"not an http(s) or ws(s) URL: {url!r}")
+    if not base.endswith(CONNECT_PATH):
+        base += CONNECT_PATH
+    return base
+
+
+def _denied(exc: InvalidStatus) -> APIError:
+    """An upgrade refused with an HTTP status: the server's error envelope as an APIError."""
+    response = exc.response
+    status = int(getattr(response, "status_code", 0) or 0)
+    code, message, request_id, details = "UNAVAILABLE" if status >= 500 else "HTTP_ERROR", f"HTTP {status}", None, None
+    with contextlib.suppress(Exception):
+        body = json.loads(bytes(response.body or b"").decode())
+        err = body.get("error") or {}
+        code = err.get("code") or code
+        message = err.get("message") or message
+        details = err.get("details")
+        request_id = body.get("request_id") or None
+    retry_after = 0.0
+    with contextlib.suppress(Exception):
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    return APIError(code, message, status_code=status, request_id=request_id, details=details,
+                    retry_after=retry_after)
+
+
+class WorkerSession:
+    """One worker WebSocket session (async). Use `await WorkerSession.connect(...)`.
+
+    ```python
+    async with await WorkerSession.connect(url, token, node_id="host-1", queues=[qid]) as s:
+        leases = await s.claim(qid, max_tasks=1, wait_ms=10_000)
+        for lease in leases:
+            await s.start(lease["lease_id"], msg_id=start_id)   # never run without it
+            ...
+            await s.complete(lease["lease_id"], "succeeded", result={"ok": True}, msg_id=report_id)
+    ```
+    """
+
+    def __init__(self, ws: Any, *, on_push: PushHandler | None = None,
+                 reply_timeout: float = DEFAULT_REPLY_TIMEOUT) -> None:
+        self._ws = ws
+        self._on_push = on_push
+        self.reply_timeout = reply_timeout
+        self.pushes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._send_lock = asyncio.Lock()
+        self._closed = asyncio.Event()
+        self._push_tasks: set[asyncio.Task] = set()
+        self.close_code: int | None = None
+        self.close_reason: str = ""
+        # Filled in by hello.
+        self.session_id: str | None = None
+        self.default_lease_ms: int = 30_000
+        self.max_lease_ms: int = 600_000
+        self.heartbeat_ms: int = 10_000
+        self._reader = asyncio.create_task(self._read(), name="orbit-worker-session-reader")
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        token: str,
+        node_id: str,
+        queues: list[str] | tuple[str, ...] = (),
+        *,
+        sdk: str = SDK_NAME,
+        on_push: PushHandler | None = None,
+        open_timeout: float = 10.0,
+        reply_timeout: float = DEFAULT_REPLY_TIMEOUT,
+        hello_msg_id: str | None = None,
+    ) -> WorkerSession:
+        """Open the socket (`Authorization: Bearer` on the upgrade) and send `hello`.
+
+        Raises `APIError` when the upgrade is refused (401/403/503, ...),
+        `TransportError` when the server cannot be reached, and
+        `WorkerProtocolError` when `hello` is refused (e.g. a queue out of scope).
+        """
+        target = worker_connect_url(url)
+        try:
+            ws = await websockets.connect(
+                target,
+                additional_headers={"Authorization": f"Bearer {token}"},
+                open_timeout=open_timeout,
+                max_size=None,
+                user_agent_header=f"{SDK_NAME} orbit-worker",
+            )
+        except InvalidStatus as exc:
+            raise _denied(exc) from None
+        except InvalidURI as exc:
+            raise ValueError(f"invalid worker URL: {exc}") from None
+        except (OSError, asyncio.TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
+            raise TransportError(f"could not open the worker session: {type(exc).__name__}: {exc}") from None
+        session = cls(ws, on_push=on_push, reply_timeout=reply_timeout)
+        try:
+            reply = await session.hello(node_id, list(queues), sdk=sdk, msg_id=hello_msg_id)
+        except BaseException:
+            await session.close()
+            raise
+        log.debug("worker session opened session_id=%s", reply.get("session_id"))
+        return session
+
+    async def __aenter__(self) -> WorkerSession:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close the socket; commands still waiting fail with `WorkerConnectionClosed`."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._ws.close(code, reason), 5)
+        if not self._reader.done():
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        self._mark_closed()
+
+    def _mark_closed(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with contextlib.suppress(Exception):
+            self.close_code = self._ws.close_code
+            self.close_reason = self._ws.close_reason or ""
+        waiting, self._waiting = self._waiting, {}
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(WorkerConnectionClosed(
+                    f"the worker session closed (code {self.close_code}) before the reply; "
+                    "resend the same message id"))
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self._ws:
+                try:
+                    msg = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    log.warning("worker session: ignoring a frame that is not JSON")
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                reply_to = msg.get("reply_to")
+                if reply_to is not None:
+                    fut = self._waiting.pop(reply_to, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+                    continue
+                self._dispatch_push(msg)
+        except ConnectionClosed:
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("worker session reader failed", exc_info=True)
+        finally:
+            self._mark_closed()
+
+    def _dispatch_push(self, msg: dict[str, Any]) -> None:
+        if self._on_push is None:
+            self.pushes.put_nowait(msg)
+            return
+        try:
+            result = self._on_push(msg)
+        except Exception:
+            log.warning("worker push handler failed type=%s", msg.get("type"), exc_info=True)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._push_tasks.add(task)
+            task.add_done_callback(self._push_tasks.discard)
+
+    # ------------------------------------------------------------ commands
+
+    async def call(self, type_: str, *, msg_id: str | None = None, timeout: float | None = None,
+                   **fields: Any) -> dict[str, Any]:
+        """Send one command frame and return its successful reply (without `reply_to`/`ok`).
+
+        Raises `WorkerProtocolError` for `ok: false`, `WorkerConnectionClosed`
+        when the session ends (or `timeout` passes) before the reply.
+        """
+        msg_id = msg_id or new_message_id(type_)
+        if self._closed.is_set():
+            raise WorkerConnectionClosed("the worker session is closed; resend the same message id")
+        frame = orjson.dumps({"type": type_, "id": msg_id, **fields}).decode()
+        loop = asyncio.get_running_loop()
+        fut = self._waiting.get(msg_id)
+        if fut is None or fut.done():
+            fut = loop.create_future()
+            self._waiting[msg_id] = fut
+        try:
+            async with self._send_lock:
+                await self._ws.send(frame)
+        except ConnectionClosed:
+            self._waiting.pop(msg_id, None)
+            raise WorkerConnectionClosed("the worker session closed while sending; resend the same message id") \
+                from None
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(fut), timeout or self.reply_timeout)
+        except asyncio.TimeoutError:
+            if self._waiting.get(msg_id) is fut:
+                self._waiting.pop(msg_id, None)
+            raise WorkerConnectionClosed(f"no reply to {type_} within {timeout or self.reply_timeout:.0f}s; "
+                                         "resend the same message id") from None
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            raise WorkerProtocolError(str(err.get("code") or "UNKNOWN"), str(err.get("message") or ""),
+                                      err.get("retry_after_ms"))
+        return {k: v for k, v in reply.items() if k not in ("reply_to", "ok")}
+
+    async def hello(self, node_id: str, queues: list[str], *, sdk: str = SDK_NAME,
+                    msg_id: str | None = None) -> dict[str, Any]:
+        reply = await self.call("hello", msg_id=msg_id, node_id=node_id, queues=list(queues), sdk=sdk)
+        self.session_id = reply.get("session_id")
+        self.default_lease_ms = int(reply.get("default_lease_ms", self.default_lease_ms))
+        self.max_lease_ms = int(reply.get("max_lease_ms", self.max_lease_ms))
+        self.heartbeat_ms = int(reply.get("heartbeat_ms", self.heartbeat_ms))
+        return reply
+
+    async def claim(self, queue_id: str, *, max_tasks: int = 1, lease_ms: int = 30_000, wait_ms: int = 0,
+                    msg_id: str | None = None) -> list[dict[str, Any]]:
+        """Lease up to `max_tasks` tasks; long-polls up to `wait_ms`. Returns the leases (maybe none)."""
+        reply = await self.call("claim", msg_id=msg_id, timeout=self.reply_timeout + wait_ms / 1000,
+                                queue_id=queue_id, max_tasks=max_tasks, lease_ms=lease_ms, wait_ms=wait_ms)
+        return list(reply.get("tasks") or [])
+
+    async def start(self, lease_id: str, *, msg_id: str | None = None) -> dict[str, Any]:
+        """Ask for the Start authorization: `attempt`, `started_at`, `start_receipt_id`, `deadline_at`."""
+        return await self.call("start", msg_id=msg_id, lease_id=lease_id)
+
+    async def renew(self, lease_id: str, lease_ms: int = 30_000, *, msg_id: str | None = None) -> dict[str, Any]:
+        """Extend the lease: `lease_expires_at`, `cancel_requested`."""
+        return await self.call("renew", msg_id=msg_id, lease_id=lease_id, lease_ms=lease_ms)
+
+    async def complete(self, lease_id: str, outcome: str, *, result: Any = None, error: str | None = None,
+                       retryable: bool = True, msg_id: str | None = None) -> dict[str, Any]:
+        """Report `succeeded` (with `result`), `failed` (with `error`, `retryable`) or `cancelled`."""
+        fields: dict[str, Any] = {"lease_id": lease_id, "outcome": outcome}
+        if outcome == "succeeded":
+            fields["result"] = result
+        elif outcome == "failed":
+            fields["error"] = {"message": error or "handler failed", "retryable": bool(retryable)}
+        elif outcome != "cancelled":
+            raise ValueError("outcome must be succeeded, failed or cancelled")
+        return await self.call("complete", msg_id=msg_id, **fields)
+
+    async def release(self, lease_id: str, *, msg_id: str | None = None) -> dict[str, Any]:
+        """Give back a leased, not-started task (WAITING again, no attempt consumed)."""
+        return await self.call("release", msg_id=msg_id, lease_id=lease_id)
+
+    async def ping(self, *, msg_id: str | None = None) -> dict[str, Any]:
+        return await self.call("ping", msg_id=msg_id)
