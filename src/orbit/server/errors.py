@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 
 class ApiError(Exception):
     def __init__(
@@ -78,3 +80,22 @@ def application_full() -> ApiError:
 
 def unavailable(message: str = "the database is unavailable; retry with the same identity") -> ApiError:
     return ApiError(503, "UNAVAILABLE", message, headers={"Retry-After": "1"})
+
+
+def describe_validation_error(exc: ValidationError) -> ApiError:
+    """Turn the first pydantic error into a message that names the field."""
+    err = exc.errors(include_url=False)[0]
+    field = ".".join(str(p) for p in err.get("loc", ())) or None
+    kind = err.get("type", "")
+    if kind == "missing":
+        message = "is required"
+    elif kind == "extra_forbidden":
+        message = "is not a known field"
+    elif err.get("input", ...) is None:
+        message = "must not be null"
+    elif kind == "value_error":
+        message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
+    else:
+        message = err["msg"][0].lower() + err["msg"][1:]
+    text = f"{field}: {message}" if field else message
+    return invalid_argument(text, field)

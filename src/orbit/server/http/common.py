@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from ..._rules import is_idempotency_key
-from ..errors import ApiError, invalid_argument
+from ..errors import ApiError, describe_validation_error, invalid_argument
 from ..services.auth import Principal, authenticate
 from ..services.idempotency import IdempotencyScope, Outcome, request_digest
 from ..services.outbox import Actor
@@ -52,25 +52,6 @@ def outcome_response(request: Request, outcome: Outcome, created_status: int = 2
 
 async def principal(request: Request) -> Principal:
     return await authenticate(request.app.state.db, request.headers.get("authorization"))
-
-
-def describe_validation_error(exc: ValidationError) -> ApiError:
-    """Turn the first pydantic error into a message that names the field."""
-    err = exc.errors(include_url=False)[0]
-    field = ".".join(str(p) for p in err.get("loc", ())) or None
-    kind = err.get("type", "")
-    if kind == "missing":
-        message = "is required"
-    elif kind == "extra_forbidden":
-        message = "is not a known field"
-    elif err.get("input", ...) is None:
-        message = "must not be null"
-    elif kind == "value_error":
-        message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
-    else:
-        message = err["msg"][0].lower() + err["msg"][1:]
-    text = f"{field}: {message}" if field else message
-    return invalid_argument(text, field)
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:

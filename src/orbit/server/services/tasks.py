@@ -23,6 +23,7 @@ from ..core.ids import is_id, new_id
 from ..core.timefmt import format_ts, parse_rfc3339
 from ..errors import (
     ApiError,
+    describe_validation_error,
     application_full,
     idempotency_conflict,
     invalid_argument,
@@ -129,8 +130,6 @@ def check_payload_size(req: SubmitTaskRequest, limit: int) -> bytes:
 
 def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int) -> SubmitCommand:
     """Validate one batch item on its own; its errors name `tasks[i].field`."""
-    from ..http.common import describe_validation_error  # message wording shared with HTTP bodies
-
     if not isinstance(item, dict):
         return SubmitCommand("", "", None, error=invalid_argument(f"tasks[{index}]: must be a JSON object", f"tasks[{index}]"))
     key = item.get("idempotency_key")
