@@ -8,7 +8,7 @@ uint64 values as decimal strings on the wire and as `int` in Python.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
@@ -141,8 +141,8 @@ class QueuePage(BaseModel):
 # ---------------------------------------------------------------- tasks
 
 
-class TaskState(str, Enum):
-    """Task states; a `str` enum so that `task.state == "SUCCEEDED"` holds."""
+class TaskState(StrEnum):
+    """Task states; a `str` enum so that `task.state == "SUCCEEDED"` holds and it prints plainly."""
 
     WAITING = "WAITING"
     LEASED = "LEASED"

@@ -12,9 +12,14 @@ def parse_retry_after(value: str | None) -> float:
     if value is None:
         return 0.0
     text = value.strip()
-    if not text.isdigit():
+    # ASCII digits only: str.isdigit() also accepts '²' or '٣', and int() of a
+    # very long digit string raises; neither may escape as an exception.
+    if not (text.isascii() and text.isdigit()):
         return 0.0
-    seconds = int(text)
+    significant = text.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_RETRY_AFTER_SECONDS)):
+        return 0.0
+    seconds = int(significant)
     return float(seconds) if seconds <= MAX_RETRY_AFTER_SECONDS else 0.0
 
 
