@@ -180,7 +180,7 @@ class WorkerSession:
             raise _denied(exc) from None
         except InvalidURI as exc:
             raise ValueError(f"invalid worker URL: {exc}") from None
-        except (OSError, asyncio.TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
+        except (TimeoutError, OSError, InvalidHandshake, ConnectionClosed) as exc:
             raise TransportError(f"could not open the worker session: {type(exc).__name__}: {exc}") from None
         session = cls(ws, on_push=on_push, reply_timeout=reply_timeout)
         try:
@@ -194,7 +194,7 @@ class WorkerSession:
     async def __aenter__(self) -> WorkerSession:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     @property
@@ -295,7 +295,7 @@ class WorkerSession:
                 from None
         try:
             reply = await asyncio.wait_for(asyncio.shield(fut), timeout or self.reply_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if self._waiting.get(msg_id) is fut:
                 self._waiting.pop(msg_id, None)
             raise WorkerConnectionClosed(f"no reply to {type_} within {timeout or self.reply_timeout:.0f}s; "

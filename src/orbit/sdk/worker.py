@@ -1,0 +1,918 @@
+"""The worker runtime: `orbit.Worker` owns the worker protocol so a handler only handles tasks.
+
+```python
+worker = orbit.Worker(client, queues=[queue_id], concurrency=8)
+
+@worker.handler
+async def handle(task: orbit.TaskContext):
+    return {"echo": task.payload}
+
+worker.run()        # until SIGTERM/SIGINT or worker.stop(), then drain
+```
+
+Rules the runtime follows (`sdk.md`, `workers.md`, `queues.md`):
+
+- claims only up to free capacity, with long polls;
+- asks for Start before calling the handler and never calls it without one; on
+  `RATE_LIMITED` / `QUEUE_PAUSED` backs off (the server's `retry_after_ms` plus
+  jitter) within the remaining lease and retries with the *same* message id,
+  and releases the lease when it cannot start before the lease or the start
+  deadline runs out;
+- renews each running lease at a third of its length and exposes cancel
+  requests (from renew replies and pushes) as `task.cancel_requested`; an async
+  handler still running `cancel_grace` seconds after a cancel request is
+  cancelled and the task is reported `cancelled`;
+- reports outcomes with per-command message ids, keeps unacknowledged reports
+  and replays them with the same ids after a reconnect;
+- reconnects with exponential backoff and jitter (leases stay valid on the
+  server until they expire);
+- abandons a task whose lease was revoked (no report);
+- on a `drain` push, `stop()` or SIGTERM/SIGINT: claims nothing more, releases
+  leases it has not started, lets running handlers finish within the drain
+  deadline, then returns with `drained = True`.
+
+Logs go to the stdlib logger ``orbit.worker`` as ``event key=value ...`` lines
+(the fields are also attached as ``record.orbit``); payloads, results and
+tokens are never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import APIError, PermanentError, RetryableError, TransportError
+from .session import (
+    SDK_NAME,
+    WorkerConnectionClosed,
+    WorkerProtocolError,
+    WorkerSession,
+    new_message_id,
+)
+
+__all__ = ["TaskContext", "Worker"]
+
+log = logging.getLogger("orbit.worker")
+
+# Codes after which a lease is gone for good: stop working on it, report nothing more.
+_LEASE_GONE = frozenset({"LEASE_EXPIRED", "LEASE_LOST", "TASK_CANCELLED", "START_DEADLINE_EXCEEDED", "NOT_FOUND"})
+_START_BACKOFF = frozenset({"RATE_LIMITED", "QUEUE_PAUSED"})
+_MAX_ERROR_CHARS = 4096
+
+
+def _log(level: int, event: str, **fields: Any) -> None:
+    if not log.isEnabledFor(level):
+        return
+    text = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+    log.log(level, "%s %s", event, text, extra={"orbit": {"event": event, **fields}})
+
+
+def _parse_ts(value: Any) -> datetime | None:
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def _seconds_until(ts: datetime | None) -> float | None:
+    if ts is None:
+        return None
+    return (ts - datetime.now(UTC)).total_seconds()
+
+
+@dataclass
+class TaskContext:
+    """What a handler gets for one started attempt.
+
+    `cancel_requested` is an `asyncio.Event` for async handlers and a
+    `threading.Event` for sync ones; it is set when the task's cancellation was
+    requested (or its total deadline passed, or the worker is shutting down and
+    the drain deadline is near). Return a JSON value to succeed; raise
+    `orbit.RetryableError` (or any exception) to fail and be retried per the
+    task's policy, `orbit.PermanentError` to fail for good.
+    """
+
+    id: str
+    queue_id: str
+    payload: Any
+    attempt: int
+    lease_id: str
+    priority: int
+    deadline_at: datetime | None
+    start_deadline_at: datetime | None
+    cancel_requested: Any  # asyncio.Event | threading.Event
+    resource_keys: list[str] = field(default_factory=list)
+    started_at: datetime | None = None
+    start_receipt_id: str | None = None
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+
+class _Gone(Exception):
+    """Internal: the lease is no longer ours (revoked, expired, cancelled)."""
+
+
+@dataclass(eq=False)
+class _Lease:
+    lease: dict[str, Any]
+    expires_mono: float  # conservative local estimate of the lease's expiry
+    started: bool = False
+    start_unknown: bool = False  # a Start was sent without a definitive answer
+    resent: bool = False  # a command of this lease had to be resent after a disconnect
+    revoked: bool = False
+    shutdown: bool = False  # the handler was stopped by the drain deadline
+    cancel_requested: bool = False
+    ctx: TaskContext | None = None
+    handler: asyncio.Future | None = None
+    receipt: dict[str, Any] = field(default_factory=dict)
+    runner: asyncio.Task | None = None
+    grace_timer: asyncio.TimerHandle | None = None
+    is_async: bool = True
+
+    @property
+    def lease_id(self) -> str:
+        return self.lease["lease_id"]
+
+    @property
+    def task_id(self) -> str:
+        return self.lease["task_id"]
+
+
+def _read_token_file(path: str) -> str:
+    data = json.loads(Path(path).expanduser().read_text())
+    token = data.get("token") if isinstance(data, dict) else None
+    if not isinstance(token, str) or not token:
+        raise ValueError(f"{path}: no 'token' in the credentials file")
+    return token
+
+
+class Worker:
+    """Runs one handler for tasks of `queues` with up to `concurrency` tasks at a time.
+
+    `client` may be an `orbit.Client` / `orbit.AsyncClient` (its `url` and
+    `token` are used) or a base URL string; `url=` and `token=` may be given
+    directly instead. `Worker.from_env()` reads `ORBIT_URL` and
+    `ORBIT_CREDENTIALS_FILE` (or `ORBIT_TOKEN`).
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        queues: list[str] | tuple[str, ...],
+        concurrency: int = 8,
+        node_id: str | None = None,
+        lease_ms: int = 30_000,
+        url: str | None = None,
+        token: str | None = None,
+        cancel_grace: float = 5.0,
+        drain_timeout: float = 30.0,
+        claim_wait_ms: int = 2_000,
+        reconnect_initial: float = 0.2,
+        reconnect_max: float = 10.0,
+        reply_timeout: float = 30.0,
+        sdk: str = SDK_NAME,
+    ) -> None:
+        if isinstance(client, str):
+            url = url or client
+        elif client is not None:
+            client_url = getattr(client, "url", None) or getattr(client, "base_url", None)
+            url = url or (str(client_url) if client_url is not None else None)
+            token = token or getattr(client, "token", None)
+        if not url:
+            raise ValueError("Worker needs a server URL (a client, a URL, or url=...)")
+        if not token:
+            raise ValueError("Worker needs a token (a client, or token=...)")
+        queues = [queues] if isinstance(queues, str) else list(queues)
+        if not queues:
+            raise ValueError("Worker needs at least one queue id")
+        if not 1 <= concurrency <= 10_000:
+            raise ValueError("concurrency must be between 1 and 10000")
+        if not 1_000 <= lease_ms <= 600_000:
+            raise ValueError("lease_ms must be between 1000 and 600000")
+        if not 0 <= claim_wait_ms <= 30_000:
+            raise ValueError("claim_wait_ms must be between 0 and 30000")
+        self.url = str(url)
+        self._token = str(token)
+        self.queues = queues
+        self.concurrency = concurrency
+        self.node_id = (node_id or socket.gethostname() or "worker")[:128]
+        self.lease_ms = lease_ms
+        self.cancel_grace = float(cancel_grace)
+        self.drain_timeout = float(drain_timeout)
+        self.claim_wait_ms = claim_wait_ms
+        self.reconnect_initial = reconnect_initial
+        self.reconnect_max = reconnect_max
+        self.reply_timeout = reply_timeout
+        self.sdk = sdk
+        self.drained = False
+        self._handler: Callable[[TaskContext], Any] | None = None
+        self._handler_is_async = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running = False
+        self._stop_early = False
+        self._finished = threading.Event()
+        self._lock = threading.Lock()
+        self._reset_runtime_state()
+
+    def __repr__(self) -> str:  # never show the token
+        return f"Worker(url={self.url!r}, queues={self.queues!r}, concurrency={self.concurrency})"
+
+    # ------------------------------------------------------------ construction helpers
+
+    @classmethod
+    def from_env(cls, queues: list[str] | None = None, **kwargs: Any) -> Worker:
+        """`ORBIT_URL` + `ORBIT_CREDENTIALS_FILE` (or `ORBIT_TOKEN`); queues default to
+        `ORBIT_QUEUE_ID` or the credentials file's `queue_id`."""
+        url = os.environ.get("ORBIT_URL")
+        if not url:
+            raise ValueError("ORBIT_URL is not set")
+        token = os.environ.get("ORBIT_TOKEN")
+        creds: dict[str, Any] = {}
+        path = os.environ.get("ORBIT_CREDENTIALS_FILE")
+        if path:
+            creds = json.loads(Path(path).expanduser().read_text())
+            token = token or _read_token_file(path)
+        if not token:
+            raise ValueError("set ORBIT_CREDENTIALS_FILE or ORBIT_TOKEN")
+        if queues is None:
+            q = os.environ.get("ORBIT_QUEUE_ID") or creds.get("queue_id")
+            if not q:
+                raise ValueError("no queues given and neither ORBIT_QUEUE_ID nor a queue_id in the credentials file")
+            queues = [q]
+        return cls(url=url, token=token, queues=queues, **kwargs)
+
+    def handler(self, fn: Callable[[TaskContext], Any]) -> Callable[[TaskContext], Any]:
+        """Register the handler (decorator). Async functions run on the loop, others in a thread."""
+        if self._handler is not None:
+            raise RuntimeError("a Worker has exactly one handler")
+        self._handler = fn
+        self._handler_is_async = inspect.iscoroutinefunction(fn) or (
+            not inspect.isfunction(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+        )
+        return fn
+
+    # ------------------------------------------------------------ public control
+
+    def run(self) -> None:
+        """Blocking: run until SIGTERM/SIGINT or `stop()`, then drain and return."""
+        asyncio.run(self._run_with_signals())
+
+    async def arun(self) -> None:
+        """Run on the current event loop until a drain (stop, signal, server drain) completes."""
+        if self._handler is None:
+            raise RuntimeError("register a handler with @worker.handler before running")
+        if self._running:
+            raise RuntimeError("this Worker is already running")
+        self._reset_runtime_state()
+        self._finished.clear()
+        self.drained = False
+        self._drain_event = asyncio.Event()
+        self._hard_stop = asyncio.Event()
+        self._session_ready = asyncio.Event()
+        self._capacity = asyncio.Event()
+        with self._lock:
+            self._loop = asyncio.get_running_loop()
+            self._running = True
+            stop_early = self._stop_early
+        if not self._handler_is_async:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.concurrency, thread_name_prefix="orbit-worker")
+        _log(logging.INFO, "worker_starting", node_id=self.node_id, queues=",".join(self.queues),
+             concurrency=self.concurrency)
+        if stop_early:
+            self._request_drain(self.drain_timeout, "stop")
+        conn = asyncio.create_task(self._connection_loop(), name="orbit-worker-connection")
+        claims = asyncio.create_task(self._claim_loop(), name="orbit-worker-claims")
+        fatal: BaseException | None = None
+        try:
+            drain_wait = asyncio.create_task(self._drain_event.wait())
+            try:
+                await asyncio.wait({drain_wait, conn}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                drain_wait.cancel()
+            if conn.done() and not conn.cancelled() and conn.exception() is not None:
+                fatal = self._fatal = conn.exception()
+                self._request_drain(0, "fatal")
+            await self._drain(claims, conn)
+        except asyncio.CancelledError:
+            self._abort_all()
+            raise
+        finally:
+            for t in (claims, conn):
+                t.cancel()
+            for t in (claims, conn):
+                with contextlib.suppress(BaseException):
+                    await t
+            if self._session is not None:
+                await self._session.close()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            with self._lock:
+                self._running = False
+                self._stop_early = False
+            self._finished.set()
+        if fatal is not None:
+            _log(logging.ERROR, "worker_failed", error=type(fatal).__name__)
+            raise fatal
+
+    def stop(self) -> None:
+        """Ask for a drain (thread-safe); `run()`/`arun()` return once it is done."""
+        with self._lock:
+            loop = self._loop
+            if not self._running or loop is None or loop.is_closed():
+                self._stop_early = True
+                return
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        if current is loop:
+            self._request_drain(self.drain_timeout, "stop")
+        else:
+            loop.call_soon_threadsafe(self._request_drain, self.drain_timeout, "stop")
+
+    async def astop(self) -> None:
+        """Ask for a drain and wait until the worker has drained."""
+        self.stop()
+        if not self._running:
+            return
+        if self._loop is asyncio.get_running_loop():
+            while self._running:
+                await asyncio.sleep(0.02)
+        else:
+            await asyncio.to_thread(self._finished.wait)
+
+    @property
+    def pending_reports(self) -> int:
+        """Outcome reports sent but not acknowledged yet (kept for replay)."""
+        return len(self._unacked)
+
+    @property
+    def in_flight(self) -> int:
+        """Leases held right now (claimed, starting, running or reporting)."""
+        return len(self._leases)
+
+    # ------------------------------------------------------------ internals: lifecycle
+
+    def _reset_runtime_state(self) -> None:
+        self._session: WorkerSession | None = None
+        self._leases: dict[str, _Lease] = {}
+        self._unacked: dict[str, dict[str, Any]] = {}
+        self._draining = False
+        self._drain_deadline: float | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._abandoned = 0
+        self._signals = 0
+        self._fatal: BaseException | None = None
+
+    async def _run_with_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        installed = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    pass
+        try:
+            await self.arun()
+        finally:
+            for sig in installed:
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            _log(logging.INFO, "signal_received", signal=signal.Signals(sig).name, action="drain")
+            self._request_drain(self.drain_timeout, "signal")
+        else:
+            _log(logging.WARNING, "signal_received", signal=signal.Signals(sig).name, action="stop_now")
+            self._request_drain(0, "signal")
+
+    def _request_drain(self, timeout: float, reason: str) -> None:
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._drain_deadline is None or deadline < self._drain_deadline:
+            self._drain_deadline = deadline
+        if not self._draining:
+            self._draining = True
+            _log(logging.INFO, "drain_requested", reason=reason, deadline_s=round(timeout, 3),
+                 in_flight=len(self._leases))
+        self._drain_event.set()
+        self._capacity.set()
+        if timeout <= 0:
+            self._hard_stop.set()
+
+    async def _drain(self, claims: asyncio.Task, conn: asyncio.Task) -> None:
+        """Stop claiming, release what has not started, let handlers finish within the deadline."""
+
+        def remaining() -> float:
+            return max(0.0, (self._drain_deadline or time.monotonic()) - time.monotonic())
+
+        # The claim loop stops on its own; an outstanding claim is awaited so that
+        # leases it was granted are released rather than left to expire.
+        await self._wait_until(lambda: claims.done(), remaining)
+        if not claims.done():
+            claims.cancel()
+        await self._wait_until(lambda: not self._leases, remaining)
+        if self._leases:
+            # Deadline: stop async handlers (reported failed/retryable), give reports a moment.
+            for st in list(self._leases.values()):
+                if st.handler is not None and not st.handler.done():
+                    st.shutdown = True
+                    if st.ctx is not None:
+                        self._set_event(st)
+                    if st.is_async:
+                        st.handler.cancel()
+            connected = self._session is not None and not self._session.closed
+            grace_end = time.monotonic() + (min(5.0, max(1.0, self.cancel_grace)) if connected else 0.5)
+            await self._wait_until(lambda: not self._leases, lambda: max(0.0, grace_end - time.monotonic()))
+        leftover = list(self._leases.values())
+        for st in leftover:
+            self._abandoned += 1
+            _log(logging.WARNING, "lease_abandoned_at_shutdown", task_id=st.task_id, lease_id=st.lease_id,
+                 started=st.started)
+            if st.runner is not None:
+                st.runner.cancel()
+            if st.handler is not None and st.is_async:
+                st.handler.cancel()
+        for st in leftover:
+            if st.runner is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(st.runner, 1)
+        self._leases.clear()
+        self.drained = self._abandoned == 0 and not self._unacked and not self._fatal
+        _log(logging.INFO if self.drained else logging.WARNING, "worker_drained", drained=self.drained,
+             abandoned=self._abandoned)
+
+    @staticmethod
+    async def _wait_until(cond: Callable[[], bool], remaining: Callable[[], float]) -> None:
+        while not cond():
+            left = remaining()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(0.05, left))
+
+    def _abort_all(self) -> None:
+        for st in list(self._leases.values()):
+            if st.runner is not None:
+                st.runner.cancel()
+            if st.handler is not None and st.is_async:
+                st.handler.cancel()
+
+    # ------------------------------------------------------------ internals: connection
+
+    async def _connection_loop(self) -> None:
+        delay = self.reconnect_initial
+        attempt = 0
+        while True:
+            if self._hard_stop.is_set() or (self._draining and not self._leases and not self._unacked):
+                return
+            attempt += 1
+            try:
+                session = await WorkerSession.connect(
+                    self.url, self._token, self.node_id, self.queues, sdk=self.sdk, on_push=self._on_push,
+                    reply_timeout=self.reply_timeout,
+                )
+            except APIError as exc:
+                if exc.status_code in (401, 403, 404):
+                    _log(logging.ERROR, "connect_refused", status=exc.status_code, code=exc.code)
+                    raise
+                wait = max(delay, exc.retry_after)
+                _log(logging.WARNING, "connect_failed", status=exc.status_code, code=exc.code, attempt=attempt,
+                     retry_in_s=round(wait, 2))
+            except WorkerProtocolError as exc:
+                if exc.code in ("NOT_FOUND", "PERMISSION_DENIED", "INVALID_ARGUMENT", "UNAUTHENTICATED"):
+                    _log(logging.ERROR, "hello_refused", code=exc.code)
+                    raise
+                wait = delay
+                _log(logging.WARNING, "hello_failed", code=exc.code, attempt=attempt, retry_in_s=round(wait, 2))
+            except TransportError as exc:
+                wait = delay
+                _log(logging.WARNING, "connect_failed", error=type(exc).__name__, attempt=attempt,
+                     retry_in_s=round(wait, 2))
+            else:
+                if attempt > 1:
+                    _log(logging.INFO, "reconnected", session_id=session.session_id, attempts=attempt,
+                         pending_reports=len(self._unacked), in_flight=len(self._leases))
+                else:
+                    _log(logging.INFO, "connected", session_id=session.session_id)
+                self._session = session
+                self._session_ready.set()
+                delay, attempt = self.reconnect_initial, 0
+                try:
+                    await session.wait_closed()
+                finally:
+                    self._session_ready.clear()
+                    self._session = None
+                    await session.close()
+                _log(logging.WARNING if not self._draining else logging.INFO, "disconnected",
+                     code=session.close_code, in_flight=len(self._leases))
+                if session.close_code == 4401:
+                    raise APIError("UNAUTHENTICATED", "the credential was revoked", status_code=401)
+                wait = self.reconnect_initial
+            wait = wait * random.uniform(0.5, 1.5)
+            await asyncio.sleep(wait)
+            delay = min(self.reconnect_max, max(delay, self.reconnect_initial) * 2)
+
+    async def _current_session(self, abort_on_drain: bool = False) -> WorkerSession:
+        while True:
+            s = self._session
+            if s is not None and not s.closed:
+                return s
+            if abort_on_drain and self._draining:
+                raise _Gone()
+            if s is not None:  # closed, and the connection loop has not noticed yet
+                await asyncio.sleep(0.02)
+                continue
+            if abort_on_drain:
+                await self._sleep_unless_draining(0.5)
+                continue
+            await self._session_ready.wait()
+
+    async def _command(self, kind: str, msg_id: str, st: _Lease | None = None, *, abort_on_drain: bool = False,
+                       **fields: Any) -> dict[str, Any]:
+        """Send one command and return its reply, resending the SAME message id across
+        disconnects and `UNAVAILABLE` answers until the server answers definitively.
+
+        Raises `_Gone` when the lease was revoked meanwhile (or, with
+        `abort_on_drain`, when a drain began while no session was open)."""
+        backoff = 0.2
+        while True:
+            if st is not None and st.revoked:
+                raise _Gone()
+            session = await self._current_session(abort_on_drain)
+            try:
+                if kind == "claim":
+                    return {"tasks": await session.claim(msg_id=msg_id, **fields)}
+                return await session.call(kind, msg_id=msg_id, **fields)
+            except WorkerConnectionClosed:
+                if st is not None:
+                    st.resent = True
+                if not session.closed:  # a reply timed out on a live socket: resend on it
+                    await asyncio.sleep(min(backoff, 2.0) * random.uniform(0.5, 1.5))
+                    backoff = min(backoff * 2, 5.0)
+                continue
+            except WorkerProtocolError as exc:
+                if exc.code != "UNAVAILABLE":
+                    raise
+                wait = max(backoff, (exc.retry_after_ms or 0) / 1000) * random.uniform(0.8, 1.3)
+                _log(logging.WARNING, "server_unavailable", command=kind, retry_in_s=round(wait, 2))
+                await asyncio.sleep(wait)
+                backoff = min(backoff * 2, 5.0)
+
+    def _on_push(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "drain":
+            deadline_ms = msg.get("deadline_ms")
+            timeout = deadline_ms / 1000 if isinstance(deadline_ms, (int, float)) else self.drain_timeout
+            self._request_drain(min(timeout, self.drain_timeout), "server_drain")
+            return
+        st = self._leases.get(str(msg.get("lease_id")))
+        if st is None:
+            return
+        if kind == "cancel_requested":
+            self._cancel_requested(st, "push")
+        elif kind == "lease_revoked":
+            self._revoke(st, str(msg.get("reason") or "revoked"))
+
+    # ------------------------------------------------------------ internals: claiming
+
+    async def _claim_loop(self) -> None:
+        rr = 0
+        backoff = 0.5
+        while not self._draining:
+            free = self.concurrency - len(self._leases)
+            if free <= 0:
+                self._capacity.clear()
+                if self.concurrency - len(self._leases) <= 0 and not self._draining:
+                    await self._capacity.wait()
+                continue
+            if self._session is None:
+                ready = asyncio.create_task(self._session_ready.wait())
+                drain = asyncio.create_task(self._drain_event.wait())
+                try:
+                    await asyncio.wait({ready, drain}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ready.cancel()
+                    drain.cancel()
+                continue
+            queue_id = self.queues[rr % len(self.queues)]
+            rr += 1
+            wait_ms = self.claim_wait_ms if len(self.queues) == 1 else min(self.claim_wait_ms, 1_000)
+            msg_id = new_message_id("claim")
+            sent = time.monotonic()
+            try:
+                reply = await self._command("claim", msg_id, abort_on_drain=True, queue_id=queue_id,
+                                            max_tasks=min(free, 100), lease_ms=self.lease_ms, wait_ms=wait_ms)
+            except _Gone:
+                return
+            except WorkerProtocolError as exc:
+                _log(logging.ERROR, "claim_refused", queue_id=queue_id, code=exc.code, retry_in_s=round(backoff, 2))
+                await self._sleep_unless_draining(backoff * random.uniform(0.5, 1.5))
+                backoff = min(backoff * 2, 30.0)
+                continue
+            backoff = 0.5
+            received = time.monotonic()
+            expires = received - min(received - sent, 1.0) + self.lease_ms / 1000 - 0.5
+            for lease in reply["tasks"]:
+                st = _Lease(lease=lease, expires_mono=expires, is_async=self._handler_is_async)
+                if lease["lease_id"] in self._leases:
+                    continue
+                self._leases[st.lease_id] = st
+                _log(logging.DEBUG, "leased", task_id=st.task_id, lease_id=st.lease_id, attempt=lease.get("attempt"))
+                st.runner = asyncio.create_task(self._run_lease(st), name=f"orbit-task-{st.task_id}")
+
+    async def _sleep_unless_draining(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._drain_event.wait(), seconds)
+
+    # ------------------------------------------------------------ internals: one lease
+
+    async def _run_lease(self, st: _Lease) -> None:
+        try:
+            if await self._start(st):
+                await self._execute(st)
+        except _Gone:
+            _log(logging.INFO, "lease_abandoned", task_id=st.task_id, lease_id=st.lease_id, reason="revoked")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
+        finally:
+            if st.grace_timer is not None:
+                st.grace_timer.cancel()
+            self._leases.pop(st.lease_id, None)
+            self._capacity.set()
+
+    def _start_limit(self, st: _Lease) -> float:
+        """Local monotonic time by which a Start must be authorized (lease end or start deadline)."""
+        limit = st.expires_mono
+        for ts in (st.lease.get("start_deadline_at"), st.lease.get("deadline_at")):
+            left = _seconds_until(_parse_ts(ts))
+            if left is not None:
+                limit = min(limit, time.monotonic() + left)
+        return limit
+
+    async def _start(self, st: _Lease) -> bool:
+        """Obtain the Start authorization (same message id on every retry), or release/abandon."""
+        msg_id = new_message_id("start")
+        while True:
+            if st.revoked:
+                return False
+            if self._draining and not st.start_unknown:
+                await self._release(st, "draining")
+                return False
+            st.start_unknown = True
+            try:
+                receipt = await self._command("start", msg_id, st, lease_id=st.lease_id)
+            except WorkerProtocolError as exc:
+                if exc.code in _START_BACKOFF:
+                    st.start_unknown = False
+                    delay = max(0.05, (exc.retry_after_ms or 1000) / 1000) * random.uniform(1.0, 1.25) + 0.01
+                    left = self._start_limit(st) - time.monotonic()
+                    if delay + 0.5 >= left:
+                        _log(logging.INFO, "start_gave_up", task_id=st.task_id, lease_id=st.lease_id, code=exc.code,
+                             lease_left_s=round(left, 2))
+                        await self._release(st, exc.code.lower())
+                        return False
+                    _log(logging.DEBUG, "start_backoff", task_id=st.task_id, code=exc.code,
+                         retry_in_s=round(delay, 3))
+                    await self._sleep_unless_draining(delay)
+                    if self._draining:
+                        await self._release(st, "draining")
+                        return False
+                    continue
+                _log(logging.INFO, "start_refused", task_id=st.task_id, lease_id=st.lease_id, code=exc.code)
+                return False
+            st.start_unknown = False
+            st.started = True
+            st.receipt = receipt
+            return True
+
+    async def _release(self, st: _Lease, reason: str) -> None:
+        """Give the lease back; bounded by the lease itself (after it the server recovers the task)."""
+        msg_id = new_message_id("release")
+        try:
+            await asyncio.wait_for(self._command("release", msg_id, st, lease_id=st.lease_id),
+                                   max(1.0, st.expires_mono - time.monotonic()))
+            _log(logging.INFO, "released", task_id=st.task_id, lease_id=st.lease_id, reason=reason)
+        except WorkerProtocolError as exc:
+            _log(logging.INFO, "release_refused", task_id=st.task_id, lease_id=st.lease_id, code=exc.code)
+        except TimeoutError:
+            self._abandoned += 1
+            _log(logging.WARNING, "release_unconfirmed", task_id=st.task_id, lease_id=st.lease_id)
+
+    def _make_context(self, st: _Lease) -> TaskContext:
+        lease = st.lease
+        receipt = st.receipt
+        event: Any = asyncio.Event() if st.is_async else threading.Event()
+        return TaskContext(
+            id=lease["task_id"],
+            queue_id=lease["queue_id"],
+            payload=lease.get("payload"),
+            attempt=int(receipt.get("attempt") or lease.get("attempt") or 1),
+            lease_id=lease["lease_id"],
+            priority=int(lease.get("priority") or 0),
+            deadline_at=_parse_ts(receipt.get("deadline_at") or lease.get("deadline_at")),
+            start_deadline_at=_parse_ts(lease.get("start_deadline_at")),
+            cancel_requested=event,
+            resource_keys=list(lease.get("resource_keys") or []),
+            started_at=_parse_ts(receipt.get("started_at")),
+            start_receipt_id=receipt.get("start_receipt_id"),
+        )
+
+    async def _execute(self, st: _Lease) -> None:
+        assert self._handler is not None
+        if st.resent and not await self._still_current(st):
+            return
+        st.ctx = self._make_context(st)
+        started = time.monotonic()
+        _log(logging.INFO, "task_started", task_id=st.task_id, lease_id=st.lease_id, attempt=st.ctx.attempt)
+        if st.is_async:
+            st.handler = asyncio.ensure_future(self._handler(st.ctx))
+        else:
+            assert self._executor is not None
+            st.handler = asyncio.get_running_loop().run_in_executor(self._executor, self._handler, st.ctx)
+        if st.cancel_requested:  # a cancel push arrived between Start and now
+            self._set_event(st)
+            self._arm_grace(st)
+        renewer = asyncio.create_task(self._renew_loop(st), name=f"orbit-renew-{st.task_id}")
+        try:
+            await asyncio.wait({st.handler})
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(BaseException):
+                await renewer
+            if st.grace_timer is not None:
+                st.grace_timer.cancel()
+        outcome = self._outcome(st)
+        elapsed = round(time.monotonic() - started, 3)
+        if st.revoked:
+            _log(logging.WARNING, "task_abandoned", task_id=st.task_id, lease_id=st.lease_id, reason="lease revoked",
+                 elapsed_s=elapsed)
+            return
+        await self._report(st, outcome, elapsed)
+
+    async def _still_current(self, st: _Lease) -> bool:
+        """After a Start answered only on a replay, make sure the lease did not expire meanwhile
+        (a replay returns the original receipt even then) before running the handler."""
+        sent = time.monotonic()
+        try:
+            reply = await self._command("renew", new_message_id("renew"), st, lease_id=st.lease_id,
+                                        lease_ms=self.lease_ms)
+        except WorkerProtocolError as exc:
+            if exc.code in _LEASE_GONE:
+                self._revoke(st, exc.code.lower())
+                return False
+            return True
+        st.expires_mono = sent + self.lease_ms / 1000
+        if reply.get("cancel_requested"):
+            st.cancel_requested = True
+        return True
+
+    def _outcome(self, st: _Lease) -> dict[str, Any]:
+        fut = st.handler
+        assert fut is not None
+        exc: BaseException | None
+        if fut.cancelled():
+            exc = asyncio.CancelledError()
+        else:
+            exc = fut.exception()
+        if exc is None:
+            result = fut.result()
+            try:
+                orjson.dumps(result)
+            except TypeError as err:
+                return {"outcome": "failed", "error": f"the handler's result is not JSON: {err}"[:_MAX_ERROR_CHARS],
+                        "retryable": False}
+            return {"outcome": "succeeded", "result": result}
+        if st.cancel_requested and not st.shutdown:
+            return {"outcome": "cancelled"}
+        if isinstance(exc, asyncio.CancelledError):
+            message = ("the worker shut down before the handler finished" if st.shutdown
+                       else "the handler was cancelled")
+            return {"outcome": "failed", "error": message, "retryable": True}
+        if isinstance(exc, PermanentError):
+            retryable = False
+        else:
+            retryable = True
+        if isinstance(exc, (PermanentError, RetryableError)):
+            message = str(exc) or type(exc).__name__
+        else:
+            message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        expected = isinstance(exc, (PermanentError, RetryableError))  # control flow: no traceback
+        _log(logging.WARNING, "handler_failed", task_id=st.task_id, attempt=st.ctx.attempt if st.ctx else None,
+             retryable=retryable, error=type(exc).__name__)
+        if not expected:
+            log.warning("handler raised task_id=%s", st.task_id, exc_info=(type(exc), exc, exc.__traceback__))
+        return {"outcome": "failed", "error": message[:_MAX_ERROR_CHARS], "retryable": retryable}
+
+    async def _report(self, st: _Lease, outcome: dict[str, Any], elapsed: float) -> None:
+        msg_id = new_message_id("complete")
+        fields: dict[str, Any] = {"lease_id": st.lease_id, "outcome": outcome["outcome"]}
+        if outcome["outcome"] == "succeeded":
+            fields["result"] = outcome.get("result")
+        elif outcome["outcome"] == "failed":
+            fields["error"] = {"message": outcome["error"], "retryable": outcome["retryable"]}
+        self._unacked[msg_id] = {"task_id": st.task_id, "lease_id": st.lease_id, "outcome": outcome["outcome"]}
+        try:
+            reply = await self._command("complete", msg_id, **fields)
+        except WorkerProtocolError as exc:
+            level = logging.WARNING if exc.code == "LEASE_LOST" else logging.ERROR
+            _log(level, "report_refused", task_id=st.task_id, lease_id=st.lease_id, outcome=outcome["outcome"],
+                 code=exc.code)
+        else:
+            _log(logging.INFO, "task_reported", task_id=st.task_id, lease_id=st.lease_id, outcome=outcome["outcome"],
+                 task_state=reply.get("task_state"), elapsed_s=elapsed)
+        finally:
+            self._unacked.pop(msg_id, None)
+
+    async def _renew_loop(self, st: _Lease) -> None:
+        interval = self.lease_ms / 3000
+        while True:
+            # A third of the lease, or at once when the lease is nearer its end than that
+            # (e.g. a Start that came late in the lease after rate-limit backoffs).
+            left = st.expires_mono - time.monotonic()
+            await asyncio.sleep(max(0.0, min(interval, left - 2 * interval)))
+            sent = time.monotonic()
+            try:
+                reply = await self._command("renew", new_message_id("renew"), st, lease_id=st.lease_id,
+                                            lease_ms=self.lease_ms)
+            except _Gone:
+                return
+            except WorkerProtocolError as exc:
+                if exc.code in _LEASE_GONE:
+                    self._revoke(st, exc.code.lower())
+                    return
+                _log(logging.WARNING, "renew_refused", task_id=st.task_id, code=exc.code)
+                await asyncio.sleep(min(1.0, interval))
+                continue
+            st.expires_mono = sent + self.lease_ms / 1000
+            if reply.get("cancel_requested"):
+                self._cancel_requested(st, "renew")
+
+    # ------------------------------------------------------------ internals: cancellation
+
+    def _set_event(self, st: _Lease) -> None:
+        if st.ctx is not None:
+            st.ctx.cancel_requested.set()
+
+    def _arm_grace(self, st: _Lease) -> None:
+        if not st.is_async or st.handler is None or st.handler.done() or st.grace_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        st.grace_timer = loop.call_later(self.cancel_grace, self._grace_expired, st)
+
+    def _grace_expired(self, st: _Lease) -> None:
+        st.grace_timer = None
+        if st.handler is not None and not st.handler.done():
+            _log(logging.INFO, "handler_cancelled_after_grace", task_id=st.task_id, grace_s=self.cancel_grace)
+            st.handler.cancel()
+            # A handler that swallows the cancellation is cancelled again after another grace period.
+            st.grace_timer = asyncio.get_running_loop().call_later(self.cancel_grace, self._grace_expired, st)
+
+    def _cancel_requested(self, st: _Lease, via: str) -> None:
+        if st.cancel_requested:
+            return
+        st.cancel_requested = True
+        _log(logging.INFO, "cancel_requested", task_id=st.task_id, lease_id=st.lease_id, via=via)
+        if st.ctx is not None:
+            self._set_event(st)
+            self._arm_grace(st)
+
+    def _revoke(self, st: _Lease, reason: str) -> None:
+        if st.revoked:
+            return
+        st.revoked = True
+        _log(logging.WARNING, "lease_revoked", task_id=st.task_id, lease_id=st.lease_id, reason=reason)
+        if st.ctx is not None:
+            self._set_event(st)
+        if st.handler is not None and st.is_async and not st.handler.done():
+            st.handler.cancel()
+        elif st.handler is None and st.runner is not None and not st.started and not st.start_unknown:
+            st.runner.cancel()
