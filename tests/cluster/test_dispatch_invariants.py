@@ -131,3 +131,29 @@ def test_limits_hold_across_three_nodes(cluster, tenant, mariadb_url):
     assert max(windows) <= RATE, windows
     (u,) = asyncio.run(fetch_all(mariadb_url, "SELECT * FROM queue_usage WHERE queue_id=:q", q=qid))
     assert (u["unfinished"], u["permits_in_use"], u["rate_reserved"]) == (0, 0, 0)
+
+
+def test_long_poll_wakes_for_work_submitted_through_another_node(cluster, tenant):
+    """A claim waiting on node a returns soon after a submit through node b (polling bound)."""
+    a, b = cluster.start_nodes(2)
+    token = tenant["token"]
+
+    async def scenario():
+        async with async_client() as client:
+            q = await post(client, a, "/v1/queues", {"name": f"wake-{uuid.uuid4().hex[:8]}", "max_concurrency": 2,
+                                                     "rate_per_second": 10}, token=token, key=uuid.uuid4().hex)
+            qid = q.data["queue"]["id"]
+            async with Worker.connect(a.base_url, token) as w:
+                await w.hello(qid)
+                loop = asyncio.get_running_loop()
+                claim = asyncio.create_task(w.call("claim", queue_id=qid, max_tasks=1, wait_ms=15000))
+                await asyncio.sleep(0.5)
+                r = await post(client, b, f"/v1/queues/{qid}/tasks", {"payload": 1}, token=token, key="wake")
+                assert r.status == 201
+                t0 = loop.time()
+                got = await claim
+                return got, loop.time() - t0
+
+    got, waited = asyncio.run(scenario())
+    assert len(got["tasks"]) == 1
+    assert waited < 5, waited  # generous: the bound is a 200 ms poll, far below the 15 s wait

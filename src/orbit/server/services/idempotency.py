@@ -114,22 +114,21 @@ async def idempotent_write(db: Database, scope: IdempotencyScope, effect: Effect
 
 
 async def prune(db: Database, retention: timedelta, batch: int = 1000) -> int:
-    """Delete records older than the retention period, in bounded batches."""
-    if db.dialect == "mysql":
-        sql = text("DELETE FROM idempotency_records WHERE created_at < :cutoff LIMIT :n")
-    else:
-        sql = text(
-            "DELETE FROM idempotency_records WHERE rowid IN "
-            "(SELECT rowid FROM idempotency_records WHERE created_at < :cutoff LIMIT :n)"
-        )
+    """Delete idempotency records and claim receipts older than the retention period, in bounded batches."""
     total = 0
-    while True:
+    for table in ("idempotency_records", "worker_claims"):
+        if db.dialect == "mysql":
+            sql = text(f"DELETE FROM {table} WHERE created_at < :cutoff LIMIT :n")
+        else:
+            sql = text(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE created_at < :cutoff LIMIT :n)")
+        while True:
 
-        async def one_batch(tx: Tx) -> int:
-            cutoff = (await tx.now()) - retention
-            return (await tx.execute(sql, {"cutoff": cutoff, "n": batch})).rowcount
+            async def one_batch(tx: Tx) -> int:
+                cutoff = (await tx.now()) - retention
+                return (await tx.execute(sql, {"cutoff": cutoff, "n": batch})).rowcount
 
-        n = await db.transaction(one_batch)
-        total += n
-        if n < batch:
-            return total
+            n = await db.transaction(one_batch)
+            total += n
+            if n < batch:
+                break
+    return total
