@@ -175,6 +175,13 @@ class Worker:
     `token` are used) or a base URL string; `url=` and `token=` may be given
     directly instead. `Worker.from_env()` reads `ORBIT_URL` and
     `ORBIT_CREDENTIALS_FILE` (or `ORBIT_TOKEN`).
+
+    A `drain` pushed by the server (its node is shutting down) ends the run
+    like `stop()` does, bounded by the server's deadline: run the worker under
+    a supervisor (or loop over `arun()`) to reconnect to another node.
+    Sync handlers cannot be interrupted: one still running at the drain
+    deadline is abandoned (its lease expires on the server) and `drained` is
+    False.
     """
 
     def __init__(
@@ -523,7 +530,7 @@ class Worker:
                     _log(logging.INFO, "connected", session_id=session.session_id)
                 self._session = session
                 self._session_ready.set()
-                delay, attempt = self.reconnect_initial, 0
+                connected_at = time.monotonic()
                 try:
                     await session.wait_closed()
                 finally:
@@ -534,7 +541,9 @@ class Worker:
                      code=session.close_code, in_flight=len(self._leases))
                 if session.close_code == 4401:
                     raise APIError("UNAUTHENTICATED", "the credential was revoked", status_code=401)
-                wait = self.reconnect_initial
+                if time.monotonic() - connected_at >= 5.0:  # a session that lived resets the backoff
+                    delay, attempt = self.reconnect_initial, 0
+                wait = delay
             wait = wait * random.uniform(0.5, 1.5)
             await asyncio.sleep(wait)
             delay = min(self.reconnect_max, max(delay, self.reconnect_initial) * 2)
