@@ -63,8 +63,17 @@ Reason = Annotated[
     WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "\\S",
                     "description": "not blank; at most 1024 characters"}),
 ]
+def _revision_from_python(value: Any, info: ValidationInfo) -> Any:
+    """SDK code may pass `queue.revision` (an int); on the wire only a decimal string is valid."""
+    wire = bool(info.context and info.context.get("wire"))
+    if not wire and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
 Revision = Annotated[
     str,
+    BeforeValidator(_revision_from_python),
     AfterValidator(lambda v: (parse_revision(v), v)[1]),
     WithJsonSchema({"type": "string", "pattern": "^[1-9][0-9]{0,19}$", "description": "non-zero uint64 as a decimal string"}),
 ]

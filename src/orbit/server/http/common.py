@@ -83,7 +83,7 @@ async def read_json_object(request: Request) -> dict[str, Any]:
 async def read_body(request: Request, model: type[M]) -> tuple[dict[str, Any], M]:
     raw = await read_json_object(request)
     try:
-        return raw, model.model_validate(raw)
+        return raw, model.model_validate(raw, context={"wire": True})
     except ValidationError as exc:
         raise describe_validation_error(exc) from None
 

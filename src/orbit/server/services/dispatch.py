@@ -88,6 +88,20 @@ def lease_json(lease: dict[str, Any], task: Any, payload: Any) -> dict[str, Any]
     }
 
 
+async def missing_queues(db: Database, namespace_id: str, queue_ids: list[str]) -> list[str]:
+    """Queue ids of a hello that do not exist in the credential's namespace."""
+    if not queue_ids:
+        return []
+
+    async def read(tx: Tx) -> list[str]:
+        rows = await tx.all(select(queues.c.id).where(queues.c.namespace_id == namespace_id,
+                                                      queues.c.id.in_(set(queue_ids))))
+        found = {r["id"] for r in rows}
+        return [q for q in queue_ids if q not in found]
+
+    return await db.read(read)
+
+
 # ------------------------------------------------------------------ claim
 
 

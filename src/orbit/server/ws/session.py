@@ -179,6 +179,9 @@ class WorkerSession:
         for q in queues:
             if not is_id(q) or not self.principal.can_see_queue(q):
                 raise FrameError("NOT_FOUND", f"queues: queue {q!r} not found")
+        missing = await dispatch.missing_queues(self.hub.db, self.principal.namespace_id, queues)
+        if missing:
+            raise FrameError("NOT_FOUND", f"queues: queue {missing[0]!r} not found")
         self.queues = set(queues)
         self.identity = dispatch.WorkerIdentity(self.principal, self.session_id, node_id[:64], self.hub.instance_id)
         self.hub.register(self)
