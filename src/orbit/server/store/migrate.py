@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from alembic import command
@@ -82,6 +83,8 @@ async def upgrade(url: str) -> list[tuple[str, str]]:
     engine = null_pool_engine(url)
 
     def _run(conn) -> None:
+        # MariaDB notes that it ignores the name of alembic's primary key; that is not news.
+        warnings.filterwarnings("ignore", message=".*ignored for PRIMARY key")
         cfg = _config()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
