@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select
 
 from ..core import states
 from ..core.backoff import backoff_ms
@@ -25,8 +24,8 @@ from ..core.ids import new_id
 from ..core.rate_window import RateWindow, authorize_start, claim_room
 from ..core.timefmt import format_ts
 from ..store.bulk import update_many
-from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
-from ..store.tables import leases, queue_usage, queues, tasks, worker_claims
+from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key, placeholders
+from ..store.tables import leases, queues, tasks
 from .auth import Principal
 from .outbox import emit_many
 from .usage import UsageChanges
@@ -112,33 +111,29 @@ async def claim(
     cred = who.principal.credential_id
 
     async def body(tx: Tx) -> dict[str, Any]:
-        prior = await tx.one_or_none(
-            select(worker_claims.c.response).where(worker_claims.c.credential_id == cred,
-                                                   worker_claims.c.msg_id == msg_id)
-        )
-        if prior is not None:
-            granted = orjson.loads(prior["response"])
+        prior = await tx.raw_rows("SELECT response FROM worker_claims WHERE credential_id = ? AND msg_id = ?",
+                                  (cred, msg_id))
+        if prior:
+            granted = orjson.loads(prior[0]["response"])
             await _rehydrate_payloads(tx, granted)
             return ok(tasks=granted)
-        q = await tx.one_or_none(
-            select(queues.c.paused, queues.c.retired_at, queues.c.max_concurrency, queues.c.rate_per_second)
-            .where(queues.c.id == queue_id, queues.c.namespace_id == who.principal.namespace_id)
-        )
-        if q is None:
+        controls = "SELECT paused, retired_at, max_concurrency, rate_per_second FROM queues WHERE id = ? AND namespace_id = ?"
+        q = await tx.raw_rows(controls, (queue_id, who.principal.namespace_id))
+        if not q:
             return fail("NOT_FOUND", "queue not found")
-        if q["retired_at"] is not None:
+        if q[0]["retired_at"] is not None:
             return fail("STATE_CONFLICT", "the queue is retired")
-        if q["paused"]:
+        if q[0]["paused"]:
             return ok(tasks=[])
-        usage = await tx.one_with_now(
-            select(queue_usage).where(queue_usage.c.queue_id == queue_id).with_for_update()
+        (usage,) = await tx.raw_rows(
+            f"SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved{tx.now_column} "
+            f"FROM queue_usage WHERE queue_id = ?{tx.for_update}", (queue_id,), datetimes=("rate_window_start",),
         )
+        tx.take_now(usage)
         now = await tx.now()
         window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
         # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
-        q = await tx.one_or_none(
-            select(queues.c.paused, queues.c.max_concurrency, queues.c.rate_per_second).where(queues.c.id == queue_id)
-        )
+        (q,) = await tx.raw_rows(controls, (queue_id, who.principal.namespace_id))
         if q["paused"]:
             return ok(tasks=[])
         grant = min(
@@ -148,14 +143,11 @@ async def claim(
         )
         if grant <= 0:
             return ok(tasks=[])
-        candidates = await tx.all(
-            select(tasks.c.id, tasks.c.namespace_id, tasks.c.application_id, tasks.c.queue_id, tasks.c.priority,
-                   tasks.c.attempts, tasks.c.payload, tasks.c.resource_keys, tasks.c.start_deadline_at,
-                   tasks.c.deadline_at)
-            .where(tasks.c.queue_id == queue_id, tasks.c.state == states.WAITING, tasks.c.available_at <= now)
-            .order_by(tasks.c.priority.desc(), tasks.c.available_at, tasks.c.id)
-            .limit(grant)
-            .with_for_update(skip_locked=True)
+        candidates = await tx.raw_rows(
+            "SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
+            "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? "
+            f"ORDER BY priority DESC, available_at, id LIMIT ?{tx.skip_locked}",
+            (queue_id, now, grant), datetimes=TASK_TIMES,
         )
         if not candidates:
             return ok(tasks=[])
@@ -168,18 +160,20 @@ async def claim(
                 "namespace_id": t["namespace_id"], "credential_id": cred, "session_id": who.session_id,
                 "worker_node_id": who.worker_node_id, "server_node_id": who.server_node_id,
                 "attempt": int(t["attempts"]) + 1, "state": LEASED, "reserved": True, "leased_at": now,
-                "expires_at": expires, "started_at": None, "ended_at": None, "outcome": None, "error": None,
-                "start_msg_id": None, "start_response": None, "complete_msg_id": None,
-                "complete_response": None, "late_reports": None, "push_pending": False,
+                "expires_at": expires, "push_pending": False,
             }
             lease_rows.append(lease)
             granted.append(lease_json(lease, t, orjson.Fragment(t["payload"])))
         ids = [t["id"] for t in candidates]
-        await tx.execute(
-            update(tasks).where(tasks.c.id.in_(ids), tasks.c.state == states.WAITING)
-            .values(state=states.LEASED, updated_at=now)
+        await tx.raw(
+            f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) AND state = 'WAITING'",
+            (now, *ids),
         )
-        await tx.execute(leases.insert(), lease_rows)
+        cols = list(lease_rows[0])
+        await tx.raw_many(
+            f"INSERT INTO leases ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
+            [[lr[c] for c in cols] for lr in lease_rows],
+        )
         changes = UsageChanges()
         for t in candidates:
             changes.add(queue_id, t["application_id"], permits=1, reserved=1)
@@ -190,10 +184,9 @@ async def claim(
         ])
         stored = [{k: v for k, v in g.items() if k != "payload"} for g in granted]
         try:
-            await tx.execute(worker_claims.insert().values(
-                credential_id=cred, msg_id=msg_id, response=orjson.dumps(stored).decode(), created_at=now,
-            ))
-        except IntegrityError as exc:
+            await tx.raw("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)",
+                         (cred, msg_id, orjson.dumps(stored).decode(), now))
+        except Exception as exc:
             if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
                 raise RetryTransaction() from exc
             raise
@@ -206,7 +199,7 @@ async def _rehydrate_payloads(tx: Tx, granted: list[dict[str, Any]]) -> None:
     ids = [g["task_id"] for g in granted]
     if not ids:
         return
-    rows = await tx.all(select(tasks.c.id, tasks.c.payload).where(tasks.c.id.in_(ids)))
+    rows = await tx.raw_rows(f"SELECT id, payload FROM tasks WHERE id IN ({placeholders(len(ids))})", ids)
     payloads = {r["id"]: r["payload"] for r in rows}
     for g in granted:
         g["payload"] = _j(payloads.get(g["task_id"]))
@@ -223,18 +216,33 @@ class _Locked:
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+TASK_COLS = ("id, namespace_id, application_id, queue_id, state, priority, attempts, max_attempts, retry_policy, "
+             "on_lease_lost, start_deadline_at, deadline_at, cancel_requested, cancel_reason, resource_keys")
+TASK_TIMES = ("start_deadline_at", "deadline_at")
+LEASE_COLS = ("id, task_id, queue_id, application_id, namespace_id, credential_id, state, reserved, attempt, "
+              "leased_at, expires_at, started_at, outcome, start_msg_id, start_response, complete_msg_id, "
+              "complete_response, late_reports")
+LEASE_TIMES = ("leased_at", "expires_at", "started_at")
+
+
 async def _lock_for_leases(tx: Tx, lease_ids: list[str]) -> _Locked:
-    found = await tx.all(select(leases.c.id, leases.c.task_id).where(leases.c.id.in_(lease_ids)))
+    ids = sorted(set(lease_ids))
+    found = await tx.raw_rows(f"SELECT id, task_id FROM leases WHERE id IN ({placeholders(len(ids))})", ids)
     task_ids = sorted({r["task_id"] for r in found})
     locked = _Locked()
     if not task_ids:
         return locked
-    for r in await tx.all(select(tasks).where(tasks.c.id.in_(task_ids)).order_by(tasks.c.id).with_for_update()):
-        locked.tasks[r["id"]] = dict(r)
-    for r in await tx.all(
-        select(leases).where(leases.c.id.in_(sorted({r["id"] for r in found}))).order_by(leases.c.id).with_for_update()
+    for r in await tx.raw_rows(
+        f"SELECT {TASK_COLS} FROM tasks WHERE id IN ({placeholders(len(task_ids))}) ORDER BY id{tx.for_update}",
+        task_ids, datetimes=TASK_TIMES,
     ):
-        locked.leases[r["id"]] = dict(r)
+        locked.tasks[r["id"]] = r
+    lease_ids_found = sorted(r["id"] for r in found)
+    for r in await tx.raw_rows(
+        f"SELECT {LEASE_COLS} FROM leases WHERE id IN ({placeholders(len(lease_ids_found))}) ORDER BY id{tx.for_update}",
+        lease_ids_found, datetimes=LEASE_TIMES,
+    ):
+        locked.leases[r["id"]] = r
     return locked
 
 
@@ -267,8 +275,8 @@ class _Writes:
         self.leases.setdefault(lease_id, {}).update(values)
 
     async def flush(self, tx: Tx) -> None:
-        await update_many(tx, tasks, tasks.c.id, self.tasks)
-        await update_many(tx, leases, leases.c.id, self.leases)
+        await update_many(tx, "tasks", self.tasks)
+        await update_many(tx, "leases", self.leases)
         await self.usage.apply(tx)
         await emit_many(tx, self.events)
 
@@ -299,14 +307,16 @@ async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, An
         controls = {}
         windows: dict[str, RateWindow] = {}
         if queue_ids:
-            for r in await tx.all(
-                select(queue_usage).where(queue_usage.c.queue_id.in_(queue_ids))
-                .order_by(queue_usage.c.queue_id).with_for_update()
+            for r in await tx.raw_rows(
+                "SELECT queue_id, rate_window_start, rate_window_used, rate_reserved FROM queue_usage "
+                f"WHERE queue_id IN ({placeholders(len(queue_ids))}) ORDER BY queue_id{tx.for_update}",
+                queue_ids, datetimes=("rate_window_start",),
             ):
                 windows[r["queue_id"]] = RateWindow(r["rate_window_start"], int(r["rate_window_used"]),
                                                     int(r["rate_reserved"]))
-            for r in await tx.all(
-                select(queues.c.id, queues.c.paused, queues.c.rate_per_second).where(queues.c.id.in_(queue_ids))
+            for r in await tx.raw_rows(
+                f"SELECT id, paused, rate_per_second FROM queues WHERE id IN ({placeholders(len(queue_ids))})",
+                queue_ids,
             ):
                 controls[r["id"]] = r
         now = await tx.now()
@@ -392,15 +402,17 @@ async def renew(db: Database, commands: list[RenewCommand]) -> list[dict[str, An
 
     async def body(tx: Tx) -> list[dict[str, Any]]:
         ids = sorted({c.lease_id for c in commands})
-        rows = {r["id"]: dict(r) for r in await tx.all(
-            select(leases.c.id, leases.c.task_id, leases.c.credential_id, leases.c.state, leases.c.expires_at,
-                   leases.c.outcome).where(leases.c.id.in_(ids)).order_by(leases.c.id).with_for_update()
+        rows = {r["id"]: r for r in await tx.raw_rows(
+            "SELECT id, task_id, credential_id, state, expires_at, outcome FROM leases "
+            f"WHERE id IN ({placeholders(len(ids))}) ORDER BY id{tx.for_update}", ids, datetimes=("expires_at",),
         )}
-        cancel = {r["id"]: bool(r["cancel_requested"]) for r in await tx.all(
-            select(tasks.c.id, tasks.c.cancel_requested).where(tasks.c.id.in_({r["task_id"] for r in rows.values()}))
-        )} if rows else {}
+        task_ids = sorted({r["task_id"] for r in rows.values()})
+        cancel = {r["id"]: bool(r["cancel_requested"]) for r in await tx.raw_rows(
+            f"SELECT id, cancel_requested FROM tasks WHERE id IN ({placeholders(len(task_ids))})", task_ids,
+        )} if task_ids else {}
         now = await tx.now()
         replies = []
+        extended: dict[str, dict[str, Any]] = {}
         for c in commands:
             lease = rows.get(c.lease_id)
             if lease is None or lease["credential_id"] != c.credential_id:
@@ -410,9 +422,10 @@ async def renew(db: Database, commands: list[RenewCommand]) -> list[dict[str, An
                 replies.append(_not_current_error(lease))
                 continue
             expires = now + timedelta(milliseconds=min(c.lease_ms, MAX_LEASE_MS))
-            await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(expires_at=expires))
+            extended[lease["id"]] = {"expires_at": expires}
             lease["expires_at"] = expires
             replies.append(ok(lease_expires_at=format_ts(expires), cancel_requested=cancel.get(lease["task_id"], False)))
+        await update_many(tx, "leases", extended)
         return replies
 
     return await db.transaction(body)

@@ -9,7 +9,7 @@ import orjson
 
 from ..core.ids import new_id
 from ..store.db import Tx
-from ..store.tables import audit_records, events
+from ..store.tables import audit_records
 
 
 @dataclass(frozen=True)
@@ -68,17 +68,7 @@ async def emit_many(tx: Tx, rows: list[tuple[str, str, str, str, Any]]) -> None:
     if not rows:
         return
     now = await tx.now()
-    await tx.execute(
-        events.insert(),
-        [
-            {
-                "namespace_id": ns,
-                "type": type_,
-                "time": now,
-                "resource_type": rtype,
-                "resource_id": rid,
-                "data": orjson.dumps(data).decode(),
-            }
-            for ns, type_, rtype, rid, data in rows
-        ],
+    await tx.raw_many(
+        "INSERT INTO events (namespace_id, type, time, resource_type, resource_id, data) VALUES (?, ?, ?, ?, ?, ?)",
+        [(ns, type_, now, rtype, rid, orjson.dumps(data).decode()) for ns, type_, rtype, rid, data in rows],
     )

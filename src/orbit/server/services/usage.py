@@ -9,11 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import update
-
 from ..core.rate_window import RateWindow
 from ..store.db import Tx
-from ..store.tables import application_usage, queue_usage
 
 
 @dataclass
@@ -43,31 +40,26 @@ class UsageChanges:
         self.windows[queue_id] = window
 
     async def apply(self, tx: Tx) -> None:
-        qu, au = queue_usage, application_usage
         for qid in sorted(set(self.queues) | set(self.windows)):
             d = self.queues.get(qid, Delta())
-            values: dict = {}
-            if d.unfinished:
-                values["unfinished"] = qu.c.unfinished + d.unfinished
-            if d.permits:
-                values["permits_in_use"] = qu.c.permits_in_use + d.permits
-            if d.reserved:
-                values["rate_reserved"] = qu.c.rate_reserved + d.reserved
+            sets, params = _delta_sets(d)
             w = self.windows.get(qid)
             if w is not None:
-                values["rate_window_start"] = w.start
-                values["rate_window_used"] = w.used
-            if values:
-                await tx.execute(update(qu).where(qu.c.queue_id == qid).values(**values))
+                sets += ["rate_window_start = ?", "rate_window_used = ?"]
+                params += [w.start, w.used]
+            if sets:
+                await tx.raw(f"UPDATE queue_usage SET {', '.join(sets)} WHERE queue_id = ?", [*params, qid])
         for aid in sorted(self.apps):
-            d = self.apps[aid]
-            if d.is_zero():
-                continue
-            values = {}
-            if d.unfinished:
-                values["unfinished"] = au.c.unfinished + d.unfinished
-            if d.permits:
-                values["permits_in_use"] = au.c.permits_in_use + d.permits
-            if d.reserved:
-                values["rate_reserved"] = au.c.rate_reserved + d.reserved
-            await tx.execute(update(au).where(au.c.application_id == aid).values(**values))
+            sets, params = _delta_sets(self.apps[aid])
+            if sets:
+                await tx.raw(f"UPDATE application_usage SET {', '.join(sets)} WHERE application_id = ?", [*params, aid])
+
+
+def _delta_sets(d: Delta) -> tuple[list[str], list[int]]:
+    sets: list[str] = []
+    params: list[int] = []
+    for col, value in (("unfinished", d.unfinished), ("permits_in_use", d.permits), ("rate_reserved", d.reserved)):
+        if value:
+            sets.append(f"{col} = {col} + ?")
+            params.append(value)
+    return sets, params

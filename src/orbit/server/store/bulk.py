@@ -1,7 +1,7 @@
-"""Set-based row updates: one UPDATE per shape instead of one per row.
+"""Set-based row changes in raw SQL: one statement per shape instead of one per row.
 
 Group commits change many rows with mostly equal values; columns whose values
-differ between rows become `CASE key WHEN … THEN … END`. The result is the same
+differ between rows become `CASE id WHEN … THEN … END`. The result is the same
 as updating each row on its own, in a handful of round trips.
 """
 
@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import Column, Table, case, update
-
-from .db import Tx
+from .db import Tx, placeholders
 
 _MAX_ROWS_PER_STATEMENT = 500
 
 
-async def update_many(tx: Tx, table: Table, key: Column, rows: dict[Any, dict[str, Any]]) -> None:
-    shapes: dict[tuple[str, ...], list[Any]] = defaultdict(list)
+async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> None:
+    """Update rows of `table` keyed by `id`; `rows` maps id -> {column: value}."""
+    shapes: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for k, values in rows.items():
         if values:
             shapes[tuple(sorted(values))].append(k)
@@ -26,11 +25,16 @@ async def update_many(tx: Tx, table: Table, key: Column, rows: dict[Any, dict[st
         keys.sort()
         for i in range(0, len(keys), _MAX_ROWS_PER_STATEMENT):
             chunk = keys[i : i + _MAX_ROWS_PER_STATEMENT]
-            values: dict[str, Any] = {}
+            sets: list[str] = []
+            params: list[Any] = []
             for col in cols:
                 first = rows[chunk[0]][col]
                 if all(rows[k][col] == first for k in chunk[1:]):
-                    values[col] = first
+                    sets.append(f"{col} = ?")
+                    params.append(first)
                 else:
-                    values[col] = case({k: rows[k][col] for k in chunk}, value=key, else_=table.c[col])
-            await tx.execute(update(table).where(key.in_(chunk)).values(**values))
+                    sets.append(f"{col} = CASE id " + " ".join("WHEN ? THEN ?" for _ in chunk) + " END")
+                    for k in chunk:
+                        params.extend((k, rows[k][col]))
+            params.extend(chunk)
+            await tx.raw(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})", params)

@@ -70,8 +70,18 @@ def sqlite_path(url: str) -> str | None:
     return u.database if u.database and u.database != ":memory:" else None
 
 
+CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055}
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's exception, whether SQLAlchemy wrapped it (Core) or not (raw statements)."""
+    return getattr(exc, "orig", None) or exc
+
+
 def mysql_error_code(exc: BaseException) -> int | None:
-    orig = getattr(exc, "orig", None)
+    orig = _driver_error(exc)
+    if not type(orig).__module__.startswith(("asyncmy", "pymysql", "MySQLdb")):
+        return None
     args = getattr(orig, "args", None)
     if args and isinstance(args[0], int):
         return args[0]
@@ -79,31 +89,130 @@ def mysql_error_code(exc: BaseException) -> int | None:
 
 
 def is_duplicate_key(exc: BaseException) -> bool:
-    if not isinstance(exc, IntegrityError):
-        return False
     code = mysql_error_code(exc)
     if code is not None:
         return code == DUPLICATE_KEY
-    return "UNIQUE constraint failed" in str(exc.orig) or "PRIMARY KEY" in str(exc.orig)
+    orig = _driver_error(exc)
+    if type(orig).__name__ != "IntegrityError":
+        return False
+    return "UNIQUE constraint failed" in str(orig) or "PRIMARY KEY" in str(orig)
 
 
 def _is_retryable(exc: BaseException, dialect: str) -> bool:
     if isinstance(exc, RetryTransaction):
         return True
-    if not isinstance(exc, OperationalError):
-        return False
     if dialect == "mysql":
         return mysql_error_code(exc) in RETRYABLE_MYSQL_ERRORS
-    return "database is locked" in str(exc.orig) or "database is busy" in str(exc.orig)
+    orig = _driver_error(exc)
+    return type(orig).__name__ == "OperationalError" and (
+        "database is locked" in str(orig) or "database is busy" in str(orig)
+    )
+
+
+_SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # what SQLAlchemy's SQLite DateTime stores; text order = time order
+_MYSQL_SQL: dict[str, str] = {}
+
+
+def placeholders(n: int) -> str:
+    """`?, ?, ?` for an IN list of n values (raw statements use `?` on both backends)."""
+    return ", ".join("?" * n)
+
+
+def _sqlite_param(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.strftime(_SQLITE_TS)
+    if isinstance(value, bool):
+        return int(value)
+    return value
 
 
 @dataclass
 class Tx:
-    """One open transaction plus the database clock read once for it."""
+    """One open transaction plus the database clock read once for it.
+
+    Besides SQLAlchemy Core statements it runs *raw* SQL straight on the driver
+    connection for hot paths: Core costs ~3-5x the driver's CPU per statement
+    (bench/driver_overhead.py). Raw SQL is written once with `?` placeholders.
+    """
 
     conn: AsyncConnection
     dialect: str
     _now: datetime | None = None
+    _driver: Any = None
+
+    @property
+    def now_column(self) -> str:
+        """`, NOW(6) AS db_now` to read the clock in the same round trip as a raw SELECT (MySQL)."""
+        return ", NOW(6) AS db_now" if self.dialect == "mysql" and self._now is None else ""
+
+    def take_now(self, row: dict[str, Any] | None) -> None:
+        if row is not None and "db_now" in row and self._now is None:
+            self._now = row.pop("db_now")
+
+    @property
+    def for_update(self) -> str:
+        """Row-lock suffix for raw SELECTs; SQLite's single writer needs none."""
+        return " FOR UPDATE" if self.dialect == "mysql" else ""
+
+    @property
+    def skip_locked(self) -> str:
+        return " FOR UPDATE SKIP LOCKED" if self.dialect == "mysql" else ""
+
+    async def _driver_conn(self) -> Any:
+        if self._driver is None:
+            raw = await self.conn.get_raw_connection()
+            self._driver = raw.driver_connection
+        return self._driver
+
+    def _sql(self, sql: str) -> str:
+        if self.dialect != "mysql":
+            return sql
+        converted = _MYSQL_SQL.get(sql)
+        if converted is None:
+            converted = _MYSQL_SQL[sql] = sql.replace("?", "%s")
+        return converted
+
+    async def raw(self, sql: str, params: Any = ()) -> int:
+        """Execute one raw statement; return the affected row count."""
+        d = await self._driver_conn()
+        if self.dialect == "mysql":
+            async with d.cursor() as cur:
+                await cur.execute(self._sql(sql), tuple(params))
+                return cur.rowcount
+        cur = await d.execute(sql, [_sqlite_param(p) for p in params])
+        count = cur.rowcount
+        await cur.close()
+        return count
+
+    async def raw_many(self, sql: str, rows: list[Any]) -> None:
+        """Execute a raw INSERT for many rows (one multi-row statement on MySQL)."""
+        if not rows:
+            return
+        d = await self._driver_conn()
+        if self.dialect == "mysql":
+            async with d.cursor() as cur:
+                await cur.executemany(self._sql(sql), [tuple(r) for r in rows])
+            return
+        await d.executemany(sql, [[_sqlite_param(p) for p in r] for r in rows])
+
+    async def raw_rows(self, sql: str, params: Any = (), *, datetimes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Rows as dicts; `datetimes` names the columns SQLite returns as text."""
+        d = await self._driver_conn()
+        if self.dialect == "mysql":
+            async with d.cursor() as cur:
+                await cur.execute(self._sql(sql), tuple(params))
+                names = [c[0] for c in cur.description]
+                return [dict(zip(names, r)) for r in await cur.fetchall()]
+        cur = await d.execute(sql, [_sqlite_param(p) for p in params])
+        names = [c[0] for c in cur.description]
+        rows = [dict(zip(names, r)) for r in await cur.fetchall()]
+        await cur.close()
+        for r in rows:
+            for col in datetimes:
+                v = r.get(col)
+                if isinstance(v, str):
+                    r[col] = datetime.fromisoformat(v)
+        return rows
 
     async def now(self) -> datetime:
         """The database clock (naive UTC), read once per transaction."""
@@ -229,6 +338,8 @@ class Database:
                 if (stale or _is_retryable(exc, self.dialect)) and attempt < MAX_ATTEMPTS:
                     await asyncio.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 7))))
                     continue
+                if mysql_error_code(exc) in CONNECTION_LOST:
+                    raise DatabaseUnavailable("connection lost") from exc
                 if isinstance(exc, DBAPIError) and not isinstance(exc, IntegrityError):
                     if isinstance(exc, OperationalError) or exc.connection_invalidated:
                         log.warning(
