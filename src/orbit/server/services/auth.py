@@ -12,7 +12,6 @@ import secrets
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import select
 
 from ..core.ids import is_id, new_id
 from ..core.permissions import ALL_QUEUES
@@ -96,7 +95,11 @@ async def authenticate(db: Database, header: str | None) -> Principal:
     cred_id, secret = parse_authorization(header)
 
     async def load(tx: Tx):
-        return await tx.one_or_none(select(credentials).where(credentials.c.id == cred_id))
+        rows = await tx.raw_rows(
+            "SELECT id, application_id, namespace_id, secret_hash, permissions, queue_scope, revoked_at "
+            "FROM credentials WHERE id = ?", (cred_id,),
+        )
+        return rows[0] if rows else None
 
     row = await db.read(load)
     # Compare even when the row is missing so timing does not reveal which ids exist.

@@ -14,7 +14,6 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 
 from ...models import CancelTaskRequest, ReviewTaskRequest, SubmitTaskItem, SubmitTaskRequest
 from ..core import states
@@ -31,8 +30,8 @@ from ..errors import (
     queue_full,
     state_conflict,
 )
-from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
-from ..store.tables import application_usage, applications, idempotency_records, leases, queue_usage, queues, tasks
+from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key, placeholders
+from ..store.tables import leases, queues, tasks
 from .auth import Principal
 from .idempotency import IdempotencyScope, Outcome, request_digest
 from .outbox import Actor, emit_many, write_audit
@@ -156,11 +155,11 @@ class Admission:
 async def _load_records(tx: Tx, namespace_id: str, keys: list[str]) -> dict[str, Any]:
     if not keys:
         return {}
-    t = idempotency_records
-    rows = await tx.all(
-        select(t.c.idem_key, t.c.digest, t.c.response).where(
-            t.c.namespace_id == namespace_id, t.c.operation == OP_SUBMIT, t.c.idem_key.in_(keys)
-        )
+    unique = sorted(set(keys))
+    rows = await tx.raw_rows(
+        "SELECT idem_key, digest, response FROM idempotency_records WHERE namespace_id = ? AND operation = ? "
+        f"AND idem_key IN ({placeholders(len(unique))})",
+        (namespace_id, OP_SUBMIT, *unique),
     )
     return {r["idem_key"]: r for r in rows}
 
@@ -216,14 +215,16 @@ async def check_resource_keys(tx: Tx, namespace_id: str, names: list[str]) -> No
 
 async def _lock_queue_for_admission(tx: Tx, principal: Principal, queue_id: str) -> Any:
     """Share-lock the queue row: configure and retire (which take it exclusively) wait for us."""
-    queue = await tx.one_with_now(
-        select(queues.c.id, queues.c.retired_at, queues.c.max_unfinished_tasks)
-        .where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
-        .with_for_update(read=True)
+    share = " LOCK IN SHARE MODE" if tx.is_mysql else ""
+    rows = await tx.raw_rows(
+        f"SELECT id, retired_at, max_unfinished_tasks{tx.now_column} FROM queues "
+        f"WHERE id = ? AND namespace_id = ?{share}",
+        (queue_id, principal.namespace_id),
     )
-    if queue is None:
+    if not rows:
         raise not_found("queue")
-    return queue
+    tx.take_now(rows[0])
+    return rows[0]
 
 
 @dataclass
@@ -307,24 +308,19 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
 
 async def _take_one_slot(tx: Tx, principal: Principal, queue_id: str) -> None:
     """Single submit: one conditional UPDATE per usage row checks the limit and takes the slot."""
-    q = queue_usage
-    taken = await tx.execute(
-        update(q)
-        .where(q.c.queue_id == queue_id,
-               q.c.unfinished < select(queues.c.max_unfinished_tasks).where(queues.c.id == queue_id).scalar_subquery())
-        .values(unfinished=q.c.unfinished + 1)
+    taken = await tx.raw(
+        "UPDATE queue_usage SET unfinished = unfinished + 1 WHERE queue_id = ? "
+        "AND unfinished < (SELECT max_unfinished_tasks FROM queues WHERE id = ?)",
+        (queue_id, queue_id),
     )
-    if taken.rowcount != 1:
+    if taken != 1:
         raise queue_full()
-    a = application_usage
-    app_taken = await tx.execute(
-        update(a)
-        .where(a.c.application_id == principal.application_id,
-               a.c.unfinished < select(applications.c.max_unfinished_tasks)
-               .where(applications.c.id == principal.application_id).scalar_subquery())
-        .values(unfinished=a.c.unfinished + 1)
+    app_taken = await tx.raw(
+        "UPDATE application_usage SET unfinished = unfinished + 1 WHERE application_id = ? "
+        "AND unfinished < (SELECT max_unfinished_tasks FROM applications WHERE id = ?)",
+        (principal.application_id, principal.application_id),
     )
-    if app_taken.rowcount != 1:
+    if app_taken != 1:
         raise application_full()
 
 
@@ -334,17 +330,13 @@ async def _admit_many(
     """Batch: lock the usage rows once, accept in order until a limit is reached."""
     if not candidates:
         return []
-    unfinished = int(await tx.scalar(
-        select(queue_usage.c.unfinished).where(queue_usage.c.queue_id == queue["id"]).with_for_update()
-    ))
-    app_unfinished = int(await tx.scalar(
-        select(application_usage.c.unfinished)
-        .where(application_usage.c.application_id == principal.application_id)
-        .with_for_update()
-    ))
-    app_limit = int(await tx.scalar(
-        select(applications.c.max_unfinished_tasks).where(applications.c.id == principal.application_id)
-    ))
+    (u,) = await tx.raw_rows(f"SELECT unfinished FROM queue_usage WHERE queue_id = ?{tx.for_update}", (queue["id"],))
+    (au,) = await tx.raw_rows(
+        f"SELECT unfinished FROM application_usage WHERE application_id = ?{tx.for_update}",
+        (principal.application_id,),
+    )
+    (app,) = await tx.raw_rows("SELECT max_unfinished_tasks FROM applications WHERE id = ?", (principal.application_id,))
+    unfinished, app_unfinished, app_limit = int(u["unfinished"]), int(au["unfinished"]), int(app["max_unfinished_tasks"])
     queue_room = max(0, int(queue["max_unfinished_tasks"]) - unfinished)
     app_room = max(0, app_limit - app_unfinished)
     accepted: list[_Candidate] = []
@@ -359,15 +351,9 @@ async def _admit_many(
         else:
             accepted.append(cand)
     if accepted:
-        n = len(accepted)
-        await tx.execute(
-            update(queue_usage).where(queue_usage.c.queue_id == queue["id"])
-            .values(unfinished=queue_usage.c.unfinished + n)
-        )
-        await tx.execute(
-            update(application_usage).where(application_usage.c.application_id == principal.application_id)
-            .values(unfinished=application_usage.c.unfinished + n)
-        )
+        usage = UsageChanges()
+        usage.add(queue["id"], principal.application_id, unfinished=len(accepted))
+        await usage.apply(tx)
     return accepted
 
 
@@ -376,18 +362,23 @@ async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candida
     records = []
     for c in accepted:
         stored = _snapshot_without_payload(task_json(c.row))
-        records.append({
-            "namespace_id": principal.namespace_id, "operation": OP_SUBMIT, "idem_key": c.cmd.key,
-            "digest": c.cmd.digest, "resource_id": c.row["id"],
-            "response": orjson.dumps({"task": stored}).decode(), "created_at": now,
-        })
+        records.append((principal.namespace_id, OP_SUBMIT, c.cmd.key, c.cmd.digest, c.row["id"],
+                        orjson.dumps({"task": stored}).decode(), now))
     try:
-        await tx.execute(idempotency_records.insert(), records)
-    except IntegrityError as exc:
+        await tx.raw_many(
+            "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            records,
+        )
+    except Exception as exc:
         if is_duplicate_key(exc):  # a concurrent request holds one of these keys: replay it
             raise RetryTransaction() from exc
         raise
-    await tx.execute(tasks.insert(), [c.row for c in accepted])
+    cols = list(accepted[0].row)
+    await tx.raw_many(
+        f"INSERT INTO tasks ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
+        [[c.row[col] for col in cols] for c in accepted],
+    )
     await emit_many(tx, [_event(c.row, "task.submitted", priority=c.row["priority"]) for c in accepted])
 
 
