@@ -7,7 +7,8 @@ usage rows locked in the order queue_usage -> application_usage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -538,10 +539,26 @@ async def _current_lease(tx: Tx, task_id: str) -> Any:
     )
 
 
-async def cancel_task(
-    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: CancelTaskRequest
+@dataclass
+class TaskChange:
+    """What a management write decided for one task; `_task_write` applies and records it."""
+
+    changes: dict[str, Any]
+    event: str
+    event_data: dict[str, Any]
+    usage: UsageChanges = field(default_factory=UsageChanges)
+    audit_extra: dict[str, Any] = field(default_factory=dict)
+
+
+Decide = Callable[[Tx, Any, datetime], Awaitable[TaskChange]]
+
+
+async def _task_write(
+    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str,
+    action: str, reason: str, decide: Decide,
 ) -> Outcome:
-    """WAITING/LEASED end CANCELLED now; RUNNING records the request and tells the worker."""
+    """One transaction: lock the task, replay or decide, then the change, counters, audit,
+    event and idempotency record together."""
     from .idempotency import lookup, record, reserve
 
     async def body(tx: Tx) -> Outcome:
@@ -551,93 +568,82 @@ async def cancel_task(
             await _rehydrate(tx, [previous.data["task"]])
             return previous
         await reserve(tx, scope)
-        state = row["state"]
-        if state in states.TERMINAL:
-            raise state_conflict(f"the task is already {state}", state=state)
-        if state == states.NEEDS_REVIEW:
-            raise state_conflict("the task awaits review; resolve it with :review", state=state)
-        now = await tx.now()
-        changes: dict[str, Any]
-        usage = UsageChanges()
-        if state == states.RUNNING:
-            if row["cancel_requested"]:
-                raise state_conflict("a cancel was already requested for this running task", state=state)
-            changes = {"cancel_requested": True, "cancel_reason": req.reason, "updated_at": now}
-            lease = await _current_lease(tx, task_id)
-            if lease is not None:
-                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
-            event = "task.cancel_requested"
-        else:
-            changes = {"state": states.CANCELLED, "cancel_reason": req.reason, "updated_at": now, "finished_at": now}
-            usage.add(row["queue_id"], row["application_id"], unfinished=-1)
-            if state == states.LEASED:
-                lease = await _current_lease(tx, task_id)
-                if lease is not None:
-                    await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
-                        state="ENDED", ended_at=now, outcome="CANCELLED", reserved=False, push_pending=True))
-                    usage.add(row["queue_id"], row["application_id"], permits=-1,
-                              reserved=-1 if lease["reserved"] else 0)
-            event = "task.cancelled"
-        await tx.execute(update(tasks).where(tasks.c.id == task_id).values(**changes))
-        await usage.apply(tx)
-        before = task_json(row)
-        after = task_json({**dict(row), **changes})
-        del before["payload"], after["payload"]
+        change = await decide(tx, row, await tx.now())
+        await tx.execute(update(tasks).where(tasks.c.id == task_id).values(**change.changes))
+        await change.usage.apply(tx)
+        before = _snapshot_without_payload(task_json(row))
+        after = _snapshot_without_payload(task_json({**dict(row), **change.changes}))
         await write_audit(
-            tx, actor, namespace_id=row["namespace_id"], action="task.cancel", resource_type="task",
-            resource_id=task_id, reason=req.reason, before=before, after=after,
+            tx, actor, namespace_id=row["namespace_id"], action=action, resource_type="task",
+            resource_id=task_id, reason=reason, before=before, after={**after, **change.audit_extra},
         )
-        await emit_many(tx, [_event({**dict(row), **changes}, event, reason=req.reason)])
+        await emit_many(tx, [_event({**dict(row), **change.changes}, change.event, **change.event_data)])
         await record(tx, scope, {"task": after}, task_id)
         await _rehydrate(tx, [after])
         return Outcome(False, {"task": after}, task_id)
 
     return await db.transaction(body)
+
+
+async def cancel_task(
+    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: CancelTaskRequest
+) -> Outcome:
+    """WAITING/LEASED end CANCELLED now; RUNNING records the request and tells the worker."""
+
+    async def decide(tx: Tx, row: Any, now: datetime) -> TaskChange:
+        state = row["state"]
+        if state in states.TERMINAL:
+            raise state_conflict(f"the task is already {state}", state=state)
+        if state == states.NEEDS_REVIEW:
+            raise state_conflict("the task awaits review; resolve it with :review", state=state)
+        if state == states.RUNNING:
+            if row["cancel_requested"]:
+                raise state_conflict("a cancel was already requested for this running task", state=state)
+            lease = await _current_lease(tx, task_id)
+            if lease is not None:
+                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
+            return TaskChange({"cancel_requested": True, "cancel_reason": req.reason, "updated_at": now},
+                              "task.cancel_requested", {"reason": req.reason})
+        change = TaskChange(
+            {"state": states.CANCELLED, "cancel_reason": req.reason, "updated_at": now, "finished_at": now},
+            "task.cancelled", {"reason": req.reason},
+        )
+        change.usage.add(row["queue_id"], row["application_id"], unfinished=-1)
+        if state == states.LEASED:
+            lease = await _current_lease(tx, task_id)
+            if lease is not None:
+                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
+                    state="ENDED", ended_at=now, outcome="CANCELLED", reserved=False, push_pending=True))
+                change.usage.add(row["queue_id"], row["application_id"], permits=-1,
+                                 reserved=-1 if lease["reserved"] else 0)
+        return change
+
+    return await _task_write(db, principal, actor, scope, task_id, "task.cancel", req.reason, decide)
 
 
 async def review_task(
     db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: ReviewTaskRequest
 ) -> Outcome:
     """The only way out of NEEDS_REVIEW: a person decides what the unknown outcome was."""
-    from .idempotency import lookup, record, reserve
 
-    async def body(tx: Tx) -> Outcome:
-        row = await _visible_task(tx, principal, task_id, lock=True)
-        previous = await lookup(tx, scope)
-        if previous is not None:
-            await _rehydrate(tx, [previous.data["task"]])
-            return previous
-        await reserve(tx, scope)
+    async def decide(tx: Tx, row: Any, now: datetime) -> TaskChange:
         if row["state"] != states.NEEDS_REVIEW:
             raise state_conflict(f"only NEEDS_REVIEW tasks can be reviewed; the task is {row['state']}",
                                  state=row["state"])
-        now = await tx.now()
-        usage = UsageChanges()
+        audit = {"resolution": req.resolution, "evidence": req.evidence}
         if req.resolution == "RETRY":
             if int(row["attempts"]) >= int(row["max_attempts"]):
                 raise state_conflict("no attempts are left in the task's budget", attempts=int(row["attempts"]))
             changes = {"state": states.WAITING, "available_at": now, "updated_at": now}
-        else:
-            changes = {"state": req.resolution, "updated_at": now, "finished_at": now}
-            if req.resolution == states.FAILED:
-                changes["error"] = orjson.dumps({"code": "REVIEWED_FAILED", "message": req.reason}).decode()
-            usage.add(row["queue_id"], row["application_id"], unfinished=-1)
-        await tx.execute(update(tasks).where(tasks.c.id == task_id).values(**changes))
-        await usage.apply(tx)
-        before = task_json(row)
-        after = task_json({**dict(row), **changes})
-        del before["payload"], after["payload"]
-        await write_audit(
-            tx, actor, namespace_id=row["namespace_id"], action="task.review", resource_type="task",
-            resource_id=task_id, reason=req.reason, before=before,
-            after={**after, "resolution": req.resolution, "evidence": req.evidence},
-        )
-        await emit_many(tx, [_event({**dict(row), **changes}, "task.reviewed", resolution=req.resolution)])
-        await record(tx, scope, {"task": after}, task_id)
-        await _rehydrate(tx, [after])
-        return Outcome(False, {"task": after}, task_id)
+            return TaskChange(changes, "task.reviewed", {"resolution": req.resolution}, audit_extra=audit)
+        changes = {"state": req.resolution, "updated_at": now, "finished_at": now}
+        if req.resolution == states.FAILED:
+            changes["error"] = orjson.dumps({"code": "REVIEWED_FAILED", "message": req.reason}).decode()
+        change = TaskChange(changes, "task.reviewed", {"resolution": req.resolution}, audit_extra=audit)
+        change.usage.add(row["queue_id"], row["application_id"], unfinished=-1)
+        return change
 
-    return await db.transaction(body)
+    return await _task_write(db, principal, actor, scope, task_id, "task.review", req.reason, decide)
 
 
 async def sweep_deadlines(db: Database, batch: int = 500) -> int:
