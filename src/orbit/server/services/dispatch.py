@@ -146,11 +146,25 @@ async def claim(
         candidates = await tx.raw_rows(
             "SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
             "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? "
-            f"ORDER BY priority DESC, available_at, id LIMIT ?{tx.skip_locked}",
+            "ORDER BY priority DESC, available_at, id LIMIT ?",
             (queue_id, now, grant), datetimes=TASK_TIMES,
         )
         if not candidates:
             return ok(tasks=[])
+        # Claims of a queue already take turns on its usage row, so candidates come from a plain
+        # indexed read (SKIP LOCKED's scan over delete-marked entries costs far more) and the
+        # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
+        ids = [t["id"] for t in candidates]
+        taken = await tx.raw(
+            f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) AND state = 'WAITING'",
+            (now, *ids),
+        )
+        if taken != len(ids):
+            leased = {r["id"] for r in await tx.raw_rows(
+                f"SELECT id FROM tasks WHERE id IN ({placeholders(len(ids))}) AND state = 'LEASED'", ids)}
+            candidates = [t for t in candidates if t["id"] in leased]
+            if not candidates:
+                return ok(tasks=[])
         expires = now + timedelta(milliseconds=lease_ms)
         lease_rows = []
         granted = []
@@ -164,11 +178,6 @@ async def claim(
             }
             lease_rows.append(lease)
             granted.append(lease_json(lease, t, orjson.Fragment(t["payload"])))
-        ids = [t["id"] for t in candidates]
-        await tx.raw(
-            f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) AND state = 'WAITING'",
-            (now, *ids),
-        )
         cols = list(lease_rows[0])
         await tx.raw_many(
             f"INSERT INTO leases ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
