@@ -1,0 +1,115 @@
+"""The dispatch lifecycle at the database layer alone (no HTTP, no WebSocket), per batch size.
+
+    python bench/dispatch_db.py [--tasks 5000] [--batches 1,10,50,200] [--statements]
+
+Mirrors the table in DESIGN.md: claim + grouped Start + grouped complete through
+the service functions the server uses, one pipeline, on a fresh MariaDB
+database. `--statements` adds per-statement wall times (where the time goes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from orbit.server.core.permissions import ALL_PERMISSIONS  # noqa: E402
+from orbit.server.services import dispatch, tasks, tenancy  # noqa: E402
+from orbit.server.services.auth import Principal  # noqa: E402
+from orbit.server.services.idempotency import IdempotencyScope  # noqa: E402
+from orbit.server.services.queues import insert_queue  # noqa: E402
+from orbit.server.store import db as dbmod  # noqa: E402
+from orbit.server.store import migrate  # noqa: E402
+
+STATS: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+
+
+def _time_statements() -> None:
+    for name in ("raw", "raw_rows", "raw_many"):
+        orig = getattr(dbmod.Tx, name)
+
+        def make(orig=orig, name=name):
+            async def timed(self, sql, *a, **k):
+                t = time.perf_counter()
+                try:
+                    return await orig(self, sql, *a, **k)
+                finally:
+                    s = STATS[" ".join(sql.split()[:4])[:60]]
+                    s[0] += 1
+                    s[1] += time.perf_counter() - t
+            return timed
+
+        setattr(dbmod.Tx, name, make())
+
+
+async def run(url: str, total: int, batch: int) -> dict:
+    db = dbmod.Database(url, pool_size=4)
+
+    async def boot(tx):
+        app = await tenancy.ensure_application(tx, f"a-{uuid.uuid4().hex[:6]}")
+        ns = await tenancy.ensure_namespace(tx, app["id"], "d", "development")
+        q = await insert_queue(tx, namespace_id=ns["id"], name="q", max_concurrency=100000,
+                               rate_per_second=1000000, max_unfinished_tasks=1000000)
+        return app, ns, q
+
+    app, ns, q = await db.transaction(boot)
+    p = Principal(uuid.uuid4().hex, app["id"], ns["id"], frozenset(ALL_PERMISSIONS), "*")
+    for b in range(0, total, 500):
+        items = [{"idempotency_key": uuid.uuid4().hex, "payload": {"i": i}} for i in range(min(500, total - b))]
+        cmds = [tasks.batch_item_command(q["id"], i, it, 262144) for i, it in enumerate(items)]
+        await tasks.submit_batch(db, p, q["id"], IdempotencyScope(ns["id"], "tasks.submit_batch", uuid.uuid4().hex, "x"), cmds)
+    who = dispatch.WorkerIdentity(p, uuid.uuid4().hex, "host", "node")
+    c0, t0, n = time.process_time(), time.perf_counter(), 0
+    while n < total:
+        leases = (await dispatch.claim(db, who, q["id"], max_tasks=min(batch, 100), lease_ms=60000,
+                                       msg_id=uuid.uuid4().hex))["tasks"]
+        while len(leases) < batch and n + len(leases) < total:
+            more = (await dispatch.claim(db, who, q["id"], max_tasks=min(100, batch - len(leases)), lease_ms=60000,
+                                         msg_id=uuid.uuid4().hex))["tasks"]
+            if not more:
+                break
+            leases += more
+        if not leases:
+            break
+        await dispatch.start(db, [dispatch.StartCommand(p.credential_id, uuid.uuid4().hex, x["lease_id"]) for x in leases])
+        await dispatch.complete(db, [dispatch.CompleteCommand(p.credential_id, uuid.uuid4().hex, x["lease_id"], "succeeded")
+                                     for x in leases])
+        n += len(leases)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    await db.close()
+    return {"batch": batch, "tasks": n, "tasks_per_s": round(n / wall, 1), "python_cpu_us_per_task": round(cpu / n * 1e6)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=5000)
+    ap.add_argument("--batches", default="1,10,50,200")
+    ap.add_argument("--statements", action="store_true")
+    args = ap.parse_args()
+    if args.statements:
+        _time_statements()
+    name = f"orbit_bench_{uuid.uuid4().hex[:8]}"
+    subprocess.run(["mysql", "-uroot", "-h127.0.0.1", "-e", f"CREATE DATABASE {name}"], check=True)
+    url = f"mysql://root@127.0.0.1:3306/{name}"
+    try:
+        asyncio.run(migrate.upgrade(url))
+        for b in (int(x) for x in args.batches.split(",")):
+            total = args.tasks if b >= 10 else min(args.tasks, 1000)
+            print(json.dumps(asyncio.run(run(url, total, b))), flush=True)
+        if args.statements:
+            for k, (c, t) in sorted(STATS.items(), key=lambda x: -x[1][1])[:20]:
+                print(json.dumps({"statement": k, "count": int(c), "ms_each": round(t / c * 1000, 2)}))
+    finally:
+        subprocess.run(["mysql", "-uroot", "-h127.0.0.1", "-e", f"DROP DATABASE {name}"], check=False)
+
+
+if __name__ == "__main__":
+    main()
