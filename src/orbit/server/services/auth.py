@@ -101,7 +101,7 @@ async def authenticate(db: Database, header: str | None) -> Principal:
         )
         return rows[0] if rows else None
 
-    row = await db.read(load)
+    row = await db.fast_read(load)
     # Compare even when the row is missing so timing does not reveal which ids exist.
     expected = row["secret_hash"] if row is not None else "0" * 64
     ok = hmac.compare_digest(expected, hash_secret(secret))

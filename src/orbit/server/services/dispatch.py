@@ -201,7 +201,7 @@ async def claim(
             raise
         return ok(tasks=granted)
 
-    return await db.transaction(body)
+    return await db.fast_transaction(body)
 
 
 async def _rehydrate_payloads(tx: Tx, granted: list[dict[str, Any]]) -> None:
@@ -392,7 +392,7 @@ async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, An
         await w.flush(tx)
         return replies
 
-    return await db.transaction(body)
+    return await db.fast_transaction(body)
 
 
 # ------------------------------------------------------------------ renew
@@ -437,7 +437,7 @@ async def renew(db: Database, commands: list[RenewCommand]) -> list[dict[str, An
         await update_many(tx, "leases", extended)
         return replies
 
-    return await db.transaction(body)
+    return await db.fast_transaction(body)
 
 
 # ------------------------------------------------------------------ complete / release
@@ -548,7 +548,7 @@ async def complete(db: Database, commands: list[CompleteCommand]) -> list[dict[s
         await w.flush(tx)
         return replies
 
-    return await db.transaction(body)
+    return await db.fast_transaction(body)
 
 
 def _release(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: CompleteCommand, now: datetime) -> dict[str, Any]:

@@ -15,12 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import text
 
 from ..errors import idempotency_conflict
 from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
-from ..store.tables import idempotency_records
 
 
 def request_digest(path_params: dict[str, Any], body: Any) -> str:
@@ -51,49 +49,37 @@ Effect = Callable[[Tx], Awaitable[tuple[dict[str, Any], str | None]]]
 
 async def lookup(tx: Tx, scope: IdempotencyScope) -> Outcome | None:
     """Replay (same digest) or conflict (different digest) for an already used key."""
-    t = idempotency_records
-    row = await tx.one_or_none(
-        select(t.c.digest, t.c.response, t.c.resource_id).where(
-            t.c.namespace_id == scope.namespace_id,
-            t.c.operation == scope.operation,
-            t.c.idem_key == scope.key,
-        )
+    rows = await tx.raw_rows(
+        "SELECT digest, response, resource_id FROM idempotency_records "
+        "WHERE namespace_id = ? AND operation = ? AND idem_key = ?",
+        (scope.namespace_id, scope.operation, scope.key),
     )
-    if row is None:
+    if not rows:
         return None
-    if row["digest"] != scope.digest:
+    if rows[0]["digest"] != scope.digest:
         raise idempotency_conflict()
-    return Outcome(True, orjson.loads(row["response"]), row["resource_id"])
+    return Outcome(True, orjson.loads(rows[0]["response"]), rows[0]["resource_id"])
 
 
 async def reserve(tx: Tx, scope: IdempotencyScope) -> None:
     """Insert the placeholder; a concurrent holder of the key makes us run again and replay."""
     try:
-        await tx.execute(
-            idempotency_records.insert().values(
-                namespace_id=scope.namespace_id,
-                operation=scope.operation,
-                idem_key=scope.key,
-                digest=scope.digest,
-                created_at=await tx.now(),
-            )
+        await tx.raw(
+            "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (scope.namespace_id, scope.operation, scope.key, scope.digest, await tx.now()),
         )
-    except IntegrityError as exc:
+    except Exception as exc:
         if is_duplicate_key(exc):
             raise RetryTransaction() from exc
         raise
 
 
 async def record(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource_id: str | None) -> None:
-    t = idempotency_records
-    await tx.execute(
-        t.update()
-        .where(
-            t.c.namespace_id == scope.namespace_id,
-            t.c.operation == scope.operation,
-            t.c.idem_key == scope.key,
-        )
-        .values(response=orjson.dumps(data).decode(), resource_id=resource_id)
+    await tx.raw(
+        "UPDATE idempotency_records SET response = ?, resource_id = ? "
+        "WHERE namespace_id = ? AND operation = ? AND idem_key = ?",
+        (orjson.dumps(data).decode(), resource_id, scope.namespace_id, scope.operation, scope.key),
     )
 
 

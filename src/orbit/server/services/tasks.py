@@ -95,7 +95,7 @@ async def _rehydrate(tx: Tx, snapshots: list[dict[str, Any]]) -> None:
     ids = [s["id"] for s in snapshots if "payload" not in s]
     if not ids:
         return
-    rows = await tx.all(select(tasks.c.id, tasks.c.payload).where(tasks.c.id.in_(ids)))
+    rows = await tx.raw_rows(f"SELECT id, payload FROM tasks WHERE id IN ({placeholders(len(ids))})", ids)
     payloads = {r["id"]: r["payload"] for r in rows}
     for s in snapshots:
         if "payload" not in s:
@@ -393,7 +393,7 @@ async def submit_task(
         assert result.outcome is not None
         return result.outcome
 
-    return await db.transaction(body)
+    return await db.fast_transaction(body)
 
 
 def _item_json(a: Admission) -> dict[str, Any]:
@@ -424,7 +424,7 @@ async def submit_batch(
         await record(tx, scope, {"results": stored}, queue_id)
         return Outcome(False, {"results": items}, queue_id)
 
-    return await db.transaction(body)
+    return await db.fast_transaction(body)
 
 
 # ------------------------------------------------------------------ reads

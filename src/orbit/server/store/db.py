@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import structlog
-from sqlalchemy import event, literal_column, text
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -218,21 +218,10 @@ class Tx:
         """The database clock (naive UTC), read once per transaction."""
         if self._now is None:
             if self.dialect == "mysql":
-                self._now = (await self.conn.execute(text("SELECT NOW(6)"))).scalar_one()
+                self._now = (await self.raw_rows("SELECT NOW(6) AS db_now"))[0]["db_now"]
             else:
                 self._now = datetime.now(timezone.utc).replace(tzinfo=None)
         return self._now
-
-    async def one_with_now(self, statement: Any):
-        """Run a single-row SELECT and read the database clock in the same round trip."""
-        if self.dialect == "mysql" and self._now is None:
-            row = (await self.conn.execute(statement.add_columns(literal_column("NOW(6)").label("_db_now")))).mappings().one_or_none()
-            if row is not None:
-                self._now = row["_db_now"]
-                return row
-            return None
-        await self.now()
-        return await self.one_or_none(statement)
 
     @property
     def is_mysql(self) -> bool:
@@ -259,6 +248,9 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 20, echo: bool = False) -> None:
         self.url = normalize_url(url)
         self.dialect = dialect_of(self.url)
+        self._pool: Any = None  # the plain driver pool of `fast_transaction` (MySQL), opened lazily
+        self._pool_lock = asyncio.Lock()
+        self._pool_size = pool_size
         if self.dialect == "mysql":
             self.engine: AsyncEngine = create_async_engine(
                 self.url,
@@ -311,25 +303,96 @@ class Database:
 
     async def transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction, retrying the whole of it on lock conflicts."""
+
+        async def once(state: dict[str, bool]) -> T:
+            if self._write_lock is not None:
+                async with self._write_lock:
+                    async with self.engine.connect() as conn:
+                        async with conn.begin():
+                            result = await fn(Tx(conn, self.dialect))
+                            state["committing"] = True
+                return result
+            async with self.engine.connect() as conn:
+                async with conn.begin():
+                    result = await fn(Tx(conn, self.dialect))
+                    state["committing"] = True
+            return result
+
+        return await self._retrying(once)
+
+    async def fast_transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """Like `transaction`, for functions that only use raw SQL: on MySQL it runs on a plain
+        driver pool, skipping SQLAlchemy's per-transaction machinery (~0.5 ms CPU each here)."""
+        if self.dialect != "mysql":
+            return await self.transaction(fn)
+
+        async def once(state: dict[str, bool]) -> T:
+            pool = await self._driver_pool()
+            conn = await pool.acquire()
+            try:
+                await self._prepare_driver_conn(conn)
+                await conn.begin()
+                result = await fn(Tx(None, self.dialect, _driver=conn))  # type: ignore[arg-type]
+                state["committing"] = True
+                await conn.commit()
+                return result
+            except BaseException:
+                try:
+                    await conn.rollback()
+                except Exception:
+                    conn.close()
+                raise
+            finally:
+                pool.release(conn)
+
+        return await self._retrying(once)
+
+    async def fast_read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """A raw-SQL read: the driver pool on MySQL, the read pool (no write lock) on SQLite."""
+        if self.dialect != "mysql":
+            return await self.read(fn)
+        return await self.fast_transaction(fn)
+
+    async def _driver_pool(self) -> Any:
+        if self._pool is None:
+            async with self._pool_lock:
+                if self._pool is None:
+                    import asyncmy
+
+                    u = make_url(self.url)
+                    self._pool = await asyncmy.create_pool(
+                        host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
+                        password=u.password or "", db=u.database, charset="utf8mb4", autocommit=False,
+                        minsize=1, maxsize=self._pool_size * 2, pool_recycle=1800,
+                    )
+        return self._pool
+
+    @staticmethod
+    async def _prepare_driver_conn(conn: Any) -> None:
+        """The same session settings as the SQLAlchemy engine's connections, once per connection."""
+        if getattr(conn, "_orbit_ready", False):
+            return
+        async with conn.cursor() as cur:
+            await cur.execute("SET SESSION time_zone = '+00:00'")
+            await cur.execute("SET SESSION innodb_lock_wait_timeout = 5")
+            await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            try:
+                await cur.execute("SET SESSION idle_transaction_timeout = 15")
+            except Exception:
+                pass
+        await conn.commit()
+        conn._orbit_ready = True
+
+    async def _retrying(self, once: Callable[[dict[str, bool]], Awaitable[T]]) -> T:
         attempt = 0
         lock_waits = 0
         while True:
             attempt += 1
-            committing = False
+            state = {"committing": False}
             try:
-                if self._write_lock is not None:
-                    async with self._write_lock:
-                        async with self.engine.connect() as conn:
-                            async with conn.begin():
-                                result = await fn(Tx(conn, self.dialect))
-                                committing = True
-                    return result
-                async with self.engine.connect() as conn:
-                    async with conn.begin():
-                        result = await fn(Tx(conn, self.dialect))
-                        committing = True
-                return result
+                return await once(state)
             except Exception as exc:
+                committing = state["committing"]
                 stale = isinstance(exc, DBAPIError) and exc.connection_invalidated and not committing
                 if mysql_error_code(exc) == LOCK_WAIT_TIMEOUT:
                     lock_waits += 1
@@ -349,6 +412,8 @@ class Database:
                             during_commit=committing,
                         )
                         raise DatabaseUnavailable(str(type(exc).__name__)) from exc
+                if isinstance(exc, OSError) and self.dialect == "mysql":
+                    raise DatabaseUnavailable(type(exc).__name__) from exc
                 raise
 
     async def read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
@@ -375,6 +440,10 @@ class Database:
             return False
 
     async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            await self._pool.wait_closed()
+            self._pool = None
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
