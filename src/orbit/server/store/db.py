@@ -248,7 +248,7 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 20, echo: bool = False) -> None:
         self.url = normalize_url(url)
         self.dialect = dialect_of(self.url)
-        self._pool: Any = None  # the plain driver pool of `fast_transaction` (MySQL), opened lazily
+        self._pools: dict[str, Any] = {}  # plain driver pools of the fast paths (MySQL), opened lazily
         self._pool_lock = asyncio.Lock()
         self._pool_size = pool_size
         if self.dialect == "mysql":
@@ -331,7 +331,7 @@ class Database:
             conn = await pool.acquire()
             try:
                 await self._prepare_driver_conn(conn)
-                await conn.begin()
+                # No BEGIN round trip: with autocommit off the first statement opens the transaction.
                 result = await fn(Tx(None, self.dialect, _driver=conn))  # type: ignore[arg-type]
                 state["committing"] = True
                 await conn.commit()
@@ -348,24 +348,37 @@ class Database:
         return await self._retrying(once)
 
     async def fast_read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
-        """A raw-SQL read: the driver pool on MySQL, the read pool (no write lock) on SQLite."""
+        """A raw-SQL read of independent statements: on MySQL an autocommit driver connection
+        (one round trip per statement, no BEGIN/COMMIT); on SQLite the read pool."""
         if self.dialect != "mysql":
             return await self.read(fn)
-        return await self.fast_transaction(fn)
+        pool = await self._driver_pool(autocommit=True)
+        conn = await pool.acquire()
+        try:
+            await self._prepare_driver_conn(conn)
+            return await fn(Tx(None, self.dialect, _driver=conn))  # type: ignore[arg-type]
+        except Exception as exc:
+            if mysql_error_code(exc) in CONNECTION_LOST or isinstance(exc, OSError):
+                conn.close()
+                raise DatabaseUnavailable(type(exc).__name__) from exc
+            raise
+        finally:
+            pool.release(conn)
 
-    async def _driver_pool(self) -> Any:
-        if self._pool is None:
+    async def _driver_pool(self, *, autocommit: bool = False) -> Any:
+        key = "autocommit" if autocommit else "transactional"
+        if key not in self._pools:
             async with self._pool_lock:
-                if self._pool is None:
+                if key not in self._pools:
                     import asyncmy
 
                     u = make_url(self.url)
-                    self._pool = await asyncmy.create_pool(
+                    self._pools[key] = await asyncmy.create_pool(
                         host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
-                        password=u.password or "", db=u.database, charset="utf8mb4", autocommit=False,
+                        password=u.password or "", db=u.database, charset="utf8mb4", autocommit=autocommit,
                         minsize=1, maxsize=self._pool_size * 2, pool_recycle=1800,
                     )
-        return self._pool
+        return self._pools[key]
 
     @staticmethod
     async def _prepare_driver_conn(conn: Any) -> None:
@@ -380,7 +393,8 @@ class Database:
                 await cur.execute("SET SESSION idle_transaction_timeout = 15")
             except Exception:
                 pass
-        await conn.commit()
+        if not conn.get_autocommit():
+            await conn.commit()
         conn._orbit_ready = True
 
     async def _retrying(self, once: Callable[[dict[str, bool]], Awaitable[T]]) -> T:
@@ -440,10 +454,10 @@ class Database:
             return False
 
     async def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            await self._pool.wait_closed()
-            self._pool = None
+        for pool in self._pools.values():
+            pool.close()
+            await pool.wait_closed()
+        self._pools.clear()
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
