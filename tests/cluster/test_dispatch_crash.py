@@ -102,3 +102,31 @@ def test_node_crash_recovery_and_reconnect(cluster, tenant, mariadb_url):
     outcomes = asyncio.run(fetch_all(
         mariadb_url, "SELECT task_id, outcome FROM leases WHERE queue_id=:q AND outcome='SUCCEEDED'", q=qid))
     assert sorted(o["task_id"] for o in outcomes) == sorted([ids["moved"], ids["retry"], ids["leased"]])
+
+
+def test_pushes_follow_a_worker_that_reconnected_to_another_node(cluster, tenant):
+    a, b = cluster.start_nodes(2)
+    token = tenant["token"]
+
+    async def scenario():
+        async with async_client() as client:
+            q = await post(client, a, "/v1/queues", {"name": f"follow-{uuid.uuid4().hex[:8]}", "max_concurrency": 2,
+                                                     "rate_per_second": 10}, token=token, key=uuid.uuid4().hex)
+            qid = q.data["queue"]["id"]
+            r = await post(client, a, f"/v1/queues/{qid}/tasks", {"payload": 1}, token=token, key="follow")
+            task_id = r.data["task"]["id"]
+            async with Worker.connect(a.base_url, token) as w:
+                await w.hello(qid)
+                lease = (await w.call("claim", queue_id=qid, max_tasks=1))["tasks"][0]
+                assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
+            async with Worker.connect(b.base_url, token) as w:
+                await w.hello(qid)
+                assert (await w.call("renew", lease_id=lease["lease_id"], lease_ms=30000))["ok"]
+                c = await post(client, a, f"/v1/tasks/{task_id}:cancel", {"reason": "stop"}, token=token, key="c")
+                assert c.status == 200
+                push = await w.wait_push("cancel_requested", timeout=5)
+                assert push["lease_id"] == lease["lease_id"]
+                done = await w.call("complete", lease_id=lease["lease_id"], outcome="cancelled")
+                assert done["task_state"] == "CANCELLED"
+
+    asyncio.run(scenario())

@@ -404,6 +404,8 @@ class RenewCommand:
     msg_id: str
     lease_id: str
     lease_ms: int
+    session_id: str | None = None
+    server_node_id: str | None = None
 
 
 async def renew(db: Database, commands: list[RenewCommand]) -> list[dict[str, Any]]:
@@ -432,6 +434,9 @@ async def renew(db: Database, commands: list[RenewCommand]) -> list[dict[str, An
                 continue
             expires = now + timedelta(milliseconds=min(c.lease_ms, MAX_LEASE_MS))
             extended[lease["id"]] = {"expires_at": expires}
+            if c.session_id is not None:
+                # A worker that reconnected elsewhere renews from its new session: pushes follow it.
+                extended[lease["id"]].update(session_id=c.session_id, server_node_id=c.server_node_id)
             lease["expires_at"] = expires
             replies.append(ok(lease_expires_at=format_ts(expires), cancel_requested=cancel.get(lease["task_id"], False)))
         await update_many(tx, "leases", extended)

@@ -225,7 +225,8 @@ class WorkerSession:
         lease_id = _id_field(frame, "lease_id")
         lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
         return await self.hub.renews.submit(
-            dispatch.RenewCommand(self.principal.credential_id, msg_id, lease_id, lease_ms)
+            dispatch.RenewCommand(self.principal.credential_id, msg_id, lease_id, lease_ms,
+                                  self.session_id, self.hub.instance_id)
         )
 
     async def _on_complete(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
