@@ -13,8 +13,11 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import httpx
+
+from bench import _proc
 
 MYSQL_BASE = os.environ.get("ORBIT_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306")
 
@@ -33,74 +36,104 @@ def _cli(name: str) -> list[str]:
     return [sys.executable, "-c", f"from {module} import main; main()"]
 
 
-def create_mysql_database() -> str:
-    name = f"orbit_bench_{uuid.uuid4().hex[:8]}"
-    subprocess.run(["mysql", "-uroot", "-h127.0.0.1", "-e", f"CREATE DATABASE {name} CHARACTER SET utf8mb4"], check=True)
-    return f"{MYSQL_BASE}/{name}"
+def mysql_params(url: str | None = None) -> dict:
+    """asyncmy/pymysql connection keywords for a mysql://user:pass@host:port[/db] URL."""
+    u = urlsplit(url or MYSQL_BASE)
+    params = {"host": u.hostname or "127.0.0.1", "port": u.port or 3306, "user": unquote(u.username or "root"),
+              "password": unquote(u.password or "")}
+    db = u.path.lstrip("/")
+    if db:
+        params["db"] = db
+    return params
+
+
+def mysql(sql: str, database: str | None = None, timeout: float = 120) -> str:
+    """Run SQL with the mysql client against the benchmark server; returns its tab-separated output."""
+    p = mysql_params()
+    args = ["mysql", f"-u{p['user']}", f"-h{p['host']}", f"-P{p['port']}", "-N", "-e", sql]
+    if p["password"]:
+        args.insert(1, f"-p{p['password']}")
+    if database:
+        args.append(database)
+    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=timeout).stdout
+
+
+def create_mysql_database(prefix: str = "orbit_bench") -> str:
+    """A fresh database, dropped at the end of the run (or by `drop_mysql_database`)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    mysql(f"CREATE DATABASE {name} CHARACTER SET utf8mb4", timeout=30)
+    url = f"{MYSQL_BASE}/{name}"
+    _drops[url] = _proc.on_cleanup(f"drop database {name}",
+                                   lambda: mysql(f"DROP DATABASE IF EXISTS {name}", timeout=300))
+    return url
+
+
+_drops: dict = {}
 
 
 def drop_mysql_database(url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    subprocess.run(["mysql", "-uroot", "-h127.0.0.1", "-e", f"DROP DATABASE IF EXISTS {name}"], check=False)
+    drop = _drops.pop(url, None)
+    if drop is not None:
+        drop()
+    else:
+        mysql(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]}", timeout=300)
 
 
 def bootstrap(url: str, workdir: Path) -> dict:
-    subprocess.run(_cli("orbit-admin") + ["--database-url", url, "migrate"], check=True, capture_output=True)
+    subprocess.run(_cli("orbit-admin") + ["--database-url", url, "migrate"], check=True, capture_output=True,
+                   timeout=300)
     out = workdir / "credentials.json"
     subprocess.run(
         _cli("orbit-admin") + ["--database-url", url, "bootstrap", "--application", "bench", "--namespace",
                                "default", "--environment", "development", "--queue", "default",
                                "--worker-access", "--output", str(out)],
-        check=True, capture_output=True,
+        check=True, capture_output=True, timeout=120,
     )
     return json.loads(out.read_text())
 
 
 @contextmanager
-def servers(url: str, count: int = 1):
-    """Yield base URLs of `count` orbit server nodes on one database."""
+def servers(url: str, count: int = 1, log_dir: Path | None = None):
+    """Yield base URLs of `count` orbit server nodes on one database (stopped on exit, even on failure)."""
     procs, urls = [], []
     try:
         for i in range(count):
             port = free_port()
-            procs.append(subprocess.Popen(
+            log = str(log_dir / f"server-{i}.log") if log_dir else None
+            procs.append(_proc.spawn(
                 _cli("orbit") + ["server", "--database-url", url, "--port", str(port), "--node-id", f"bench-{i}",
                                  "--log-level", "warning"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                log_path=log,
             ))
             urls.append(f"http://127.0.0.1:{port}")
-        deadline = time.time() + 30
-        for u in urls:
+        deadline = time.time() + 60
+        for p, u in zip(procs, urls):
             while True:
                 try:
                     if httpx.get(u + "/readyz", timeout=1).status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass
+                if p.poll() is not None:
+                    raise RuntimeError(f"server {u} exited with code {p.returncode}")
                 if time.time() > deadline:
                     raise RuntimeError(f"server {u} did not become ready")
                 time.sleep(0.1)
         yield urls
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _proc.stop_many(procs, grace=15)
 
 
 @contextmanager
-def environment(database_url: str | None, nodes: int = 1):
+def environment(database_url: str | None, nodes: int = 1, log_dir: Path | None = None):
     """A fresh MariaDB database (unless one is given), credentials and running nodes."""
     url = database_url or create_mysql_database()
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
-        creds = bootstrap(url, Path(tmp))
-        creds["_database_url"] = url
         try:
-            with servers(url, nodes) as urls:
+            creds = bootstrap(url, Path(tmp))
+            creds["_database_url"] = url
+            with servers(url, nodes, log_dir) as urls:
                 yield urls, creds
         finally:
             if database_url is None:

@@ -127,8 +127,13 @@ def main() -> None:
             delay = nxt - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-        time.sleep(2)
+        # Wait (bounded) until every task of the phase has started: sampling earlier would leave out
+        # exactly the slow ones.
+        wait_end = time.perf_counter() + 30
         lat = latencies_ms(creds["_database_url"], q, marker)
+        while len(lat) < n and time.perf_counter() < wait_end:
+            time.sleep(0.5)
+            lat = latencies_ms(creds["_database_url"], q, marker)
         results.append({"scenario": "submit_to_start_latency", "rate_per_s": args.steady_rate, "samples": len(lat),
                         "p50_ms": round(percentile(lat, 50), 2), "p99_ms": round(percentile(lat, 99), 2)})
         for p in procs:

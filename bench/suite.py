@@ -1,0 +1,712 @@
+"""The Orbit scenarios of the benchmark suite (peers live in bench/peers/).
+
+Each scenario starts what it needs (a fresh MariaDB database, `orbit server`
+nodes, worker processes), is bounded in time, records result rows in the
+`Context`, and leaves nothing running: servers and workers are stopped and the
+database dropped even when it fails or times out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import _proc
+from bench._db import Conn, max_overlap, preload_waiting, windows
+from bench._harness import (
+    create_mysql_database,
+    drop_mysql_database,
+    environment,
+    mysql,
+    percentile,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------ sizes
+
+
+@dataclass
+class Sizes:
+    single_submits: int
+    single_concurrency: int
+    batches: int
+    batch_size: int
+    batch_concurrency: int
+    drain_tasks: int
+    worker_processes: int
+    sessions_per_process: int
+    claim_max_tasks: int
+    latency_seconds: float
+    latency_fixed_rate: float  # a second latency point at the same offered rate for every system (0: skip)
+    backlogs: list[int]
+    backlog_samples: int
+    backlog_sample_seconds: float
+    queues: int
+    limits_concurrency: int
+    limits_rate: int
+    limits_seconds: float
+    limits_handler_ms: float
+    ceiling_seconds: float
+    ceiling_processes: int
+    ceiling_connections: int
+    drain_timeout: float
+    peer_drain_tasks: int
+
+
+QUICK = Sizes(
+    single_submits=1000, single_concurrency=32, batches=20, batch_size=500, batch_concurrency=4,
+    drain_tasks=5000, worker_processes=2, sessions_per_process=4, claim_max_tasks=50, latency_seconds=10, latency_fixed_rate=50,
+    backlogs=[0, 10_000, 100_000], backlog_samples=100, backlog_sample_seconds=15,
+    queues=300, limits_concurrency=8, limits_rate=50, limits_seconds=10, limits_handler_ms=50,
+    ceiling_seconds=5, ceiling_processes=2, ceiling_connections=16, drain_timeout=240, peer_drain_tasks=5000,
+)
+FULL = Sizes(
+    single_submits=10_000, single_concurrency=32, batches=200, batch_size=500, batch_concurrency=4,
+    drain_tasks=100_000, worker_processes=2, sessions_per_process=4, claim_max_tasks=50, latency_seconds=30, latency_fixed_rate=50,
+    backlogs=[0, 100_000, 1_000_000], backlog_samples=500, backlog_sample_seconds=60,
+    queues=10_000, limits_concurrency=32, limits_rate=200, limits_seconds=30, limits_handler_ms=50,
+    ceiling_seconds=15, ceiling_processes=2, ceiling_connections=16, drain_timeout=1800, peer_drain_tasks=100_000,
+)
+
+def override(sizes: Sizes, items: list[str]) -> Sizes:
+    """`name=value` overrides of a Sizes (lists comma-separated)."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(Sizes)}
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in fields:
+            raise ValueError(f"{item!r}: expected NAME=VALUE with NAME one of {', '.join(fields)}")
+        current = getattr(sizes, name)
+        try:
+            if isinstance(current, list):
+                changes[name] = [int(x.replace("_", "")) for x in value.split(",") if x.strip()]
+            else:
+                changes[name] = type(current)(value.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"{item!r}: not a valid {type(current).__name__}") from None
+    return dataclasses.replace(sizes, **changes)
+
+
+# Run order; `latency` runs inside the drain scenario (it needs the measured drain rate and running workers).
+SCENARIOS = ["db-ceiling", "submit", "drain", "latency", "backlog", "many-queues", "limits"]
+
+
+@dataclass
+class Row:
+    scenario: str
+    system: str
+    case: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"  # ok | error | unavailable | partial
+    note: str = ""
+
+
+class Context:
+    def __init__(self, mode: str, sizes: Sizes, selected: list[str], peers: list[str], log_dir: Path) -> None:
+        self.mode = mode
+        self.sizes = sizes
+        self.selected = selected
+        self.peers = peers
+        self.log_dir = log_dir
+        self.rows: list[Row] = []
+        self.facts: dict[str, Any] = {}
+        self.started = time.time()
+
+    def add(self, scenario: str, system: str, case: str, status: str = "ok", note: str = "", **metrics: Any) -> Row:
+        note = " ".join(str(note).split())
+        row = Row(scenario, system, case, metrics, status, note)
+        self.rows.append(row)
+        shown = ", ".join(f"{k}={v}" for k, v in metrics.items())
+        print(f"[bench] {scenario:<12} {system:<14} {case:<24} {status:<8} {shown} {note}".rstrip(), flush=True)
+        return row
+
+    def wants(self, name: str) -> bool:
+        return name in self.selected
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            "seconds": round(time.time() - self.started, 1),
+            "machine": machine_facts(),
+            "sizes": asdict(self.sizes),
+            "scenarios": self.selected,
+            "peers": self.peers,
+            "results": [asdict(r) for r in self.rows],
+            "facts": self.facts,
+        }
+
+
+def machine_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {"host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                             "platform": platform.platform()}
+    try:
+        facts["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        out = mysql("SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin, "
+                    "@@innodb_buffer_pool_size", timeout=10).split("\t")
+        facts["mariadb"] = {"version": out[0], "innodb_flush_log_at_trx_commit": out[1], "sync_binlog": out[2],
+                            "log_bin": out[3], "innodb_buffer_pool_size": out[4].strip()}
+    except Exception as exc:  # noqa: BLE001
+        facts["mariadb"] = f"unavailable: {exc}"
+    return facts
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def api(url: str, token: str, concurrency: int = 32, timeout: float = 60) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
+    return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout,
+                             limits=limits)
+
+
+async def create_queue(client: httpx.AsyncClient, name: str, max_concurrency: int = 100_000,
+                       rate_per_second: int = 1_000_000, max_unfinished_tasks: int = 1_000_000) -> str:
+    r = await client.post("/v1/queues", json={"name": name, "max_concurrency": max_concurrency,
+                                              "rate_per_second": rate_per_second,
+                                              "max_unfinished_tasks": max_unfinished_tasks},
+                          headers={"Idempotency-Key": uuid.uuid4().hex})
+    r.raise_for_status()
+    return r.json()["data"]["queue"]["id"]
+
+
+async def api_preload(client: httpx.AsyncClient, queue_id: str, total: int, size: int = 500,
+                      concurrency: int = 4) -> float:
+    """Pre-load with batch submits (each item its own identity); returns seconds."""
+    sem = asyncio.Semaphore(concurrency)
+    tag = uuid.uuid4().hex[:8]
+
+    async def one(b: int, n: int) -> None:
+        async with sem:
+            items = [{"idempotency_key": f"p-{tag}-{b}-{i}", "payload": {"i": i}} for i in range(n)]
+            r = await client.post(f"/v1/queues/{queue_id}/tasks:batch", json={"tasks": items},
+                                  headers={"Idempotency-Key": f"pb-{tag}-{b}"})
+            r.raise_for_status()
+            bad = [x for x in r.json()["data"]["results"] if "error" in x]
+            if bad:
+                raise RuntimeError(f"pre-load refused {len(bad)} items: {bad[0]['error']}")
+
+    t0 = time.perf_counter()
+    sizes = [size] * (total // size) + ([total % size] if total % size else [])
+    await asyncio.gather(*(one(b, n) for b, n in enumerate(sizes)))
+    return time.perf_counter() - t0
+
+
+def spawn_workers(ctx: Context, urls: list[str], token: str, name: str, *, queue_id: str | None = None,
+                  queues_file: str | None = None, processes: int | None = None, sessions: int | None = None,
+                  extra: list[str] | None = None) -> list:
+    """Worker processes (bench/_worker.py) with raw-protocol sessions spread over the nodes."""
+    processes = processes or ctx.sizes.worker_processes
+    sessions = sessions or ctx.sizes.sessions_per_process
+    env = {**os.environ, "ORBIT_BENCH_TOKEN": token,
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    procs = []
+    for i in range(processes):
+        args = [sys.executable, "-m", "bench._worker", "--urls", ",".join(urls[i % len(urls):] + urls[:i % len(urls)]),
+                "--sessions", str(sessions), "--node-prefix", f"{name}-p{i}", "--max-tasks",
+                str(ctx.sizes.claim_max_tasks), "--seconds", "7200"]
+        if queue_id:
+            args += ["--queue", queue_id]
+        if queues_file:
+            args += ["--queues-file", queues_file, "--shard", str(i), "--shards", str(processes)]
+        args += extra or []
+        procs.append(_proc.spawn(args, env=env, log_path=str(ctx.log_dir / f"{name}-worker-{i}.log"), cwd=str(REPO)))
+    return procs
+
+
+def worker_outcomes(ctx: Context, name: str, count: int) -> dict[str, int]:
+    total = {"completed": 0, "rate_limited": 0, "errors": 0}
+    for i in range(count):
+        path = ctx.log_dir / f"{name}-worker-{i}.log"
+        try:
+            lines = [x for x in path.read_text().splitlines() if x.startswith("{")]
+            for k, v in json.loads(lines[-1]).items():
+                total[k] = total.get(k, 0) + v
+        except (OSError, IndexError, ValueError):
+            total["errors"] += 0
+    return total
+
+
+async def wait_count(db: Conn, sql: str, params: tuple, target: int, timeout: float,
+                     interval: float = 0.25) -> tuple[int, float]:
+    """Poll `sql` (a COUNT) until it reaches `target` or `timeout`; returns (count, seconds)."""
+    t0 = time.perf_counter()
+    n = 0
+    while True:
+        n = int(await db.scalar(sql, params) or 0)
+        if n >= target or time.perf_counter() - t0 > timeout:
+            return n, time.perf_counter() - t0
+        await asyncio.sleep(interval)
+
+
+def r1(x: float) -> float:
+    return round(x, 1)
+
+
+def r2(x: float) -> float:
+    return round(x, 2)
+
+
+# ------------------------------------------------------------------ database ceiling
+
+
+async def db_ceiling(ctx: Context) -> None:
+    s = ctx.sizes
+    url = create_mysql_database("orbit_bench_ceiling")
+    try:
+        from bench._ceiling import TABLE_DDL
+
+        mysql(TABLE_DDL, database=url.rsplit("/", 1)[1], timeout=30)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        for mode in ("single", "batch"):
+            conns = s.ceiling_connections if mode == "single" else 2
+            procs = []
+            for i in range(s.ceiling_processes):
+                procs.append(_proc.spawn(
+                    [sys.executable, "-m", "bench._ceiling", "--database-url", url, "--mode", mode,
+                     "--connections", str(conns), "--seconds", str(s.ceiling_seconds)],
+                    env=env, log_path=str(ctx.log_dir / f"ceiling-{mode}-{i}.log"), cwd=str(REPO)))
+            deadline = time.monotonic() + s.ceiling_seconds + 90
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            _proc.stop_many(procs, grace=1)
+            rows = commits = 0
+            secs = 0.0
+            for i in range(s.ceiling_processes):
+                lines = [x for x in (ctx.log_dir / f"ceiling-{mode}-{i}.log").read_text().splitlines()
+                         if x.startswith("{")]
+                if not lines:
+                    raise RuntimeError(f"ceiling process {mode}-{i} printed no result")
+                d = json.loads(lines[-1])
+                rows += d["rows"]
+                commits += d["commits"]
+                secs = max(secs, d["seconds"])
+            total_conns = conns * s.ceiling_processes
+            if mode == "single":
+                rate = commits / secs
+                _best(ctx, "ceiling_single_commits_per_s", rate)
+                ctx.add("db-ceiling", "mariadb", f"1-row commits, asyncmy x{total_conns}", commits_per_s=r1(rate))
+            else:
+                rate = rows / secs
+                _best(ctx, "ceiling_batch_rows_per_s", rate)
+                ctx.add("db-ceiling", "mariadb", f"500-row INSERTs, asyncmy x{total_conns}", rows_per_s=r1(rate),
+                        commits_per_s=r1(commits / secs))
+        await _slap(ctx, url)
+    finally:
+        drop_mysql_database(url)
+
+
+def _best(ctx: Context, key: str, value: float) -> None:
+    ctx.facts[key] = max(value, ctx.facts.get(key, 0.0))
+
+
+async def _slap(ctx: Context, url: str) -> None:
+    """The same inserts from MariaDB's C load client, when installed: the database's limit, not Python's."""
+    from bench._ceiling import INSERT, ROW_SQL
+    from bench._harness import mysql_params
+
+    exe = shutil.which("mariadb-slap") or shutil.which("mysqlslap")
+    if not exe:
+        ctx.add("db-ceiling", "mariadb", "mariadb-slap", status="unavailable", note="mariadb-slap not installed")
+        return
+    p = mysql_params(url)
+    base = [exe, f"-u{p['user']}", f"-h{p['host']}", f"-P{p['port']}", f"--create-schema={p['db']}"]
+    if p["password"]:
+        base.append(f"-p{p['password']}")
+    s = ctx.sizes
+    # Sized from the asyncmy figures so that each run lasts about ceiling_seconds.
+    single_q = int(max(5000, 2.5 * ctx.facts.get("ceiling_single_commits_per_s", 4000) * s.ceiling_seconds))
+    batch_q = int(max(100, 1.5 * ctx.facts.get("ceiling_batch_rows_per_s", 40000) * s.ceiling_seconds / 500))
+    for label, conc, queries, sql, rows_per in (
+        ("1-row commits, mariadb-slap x32", 32, single_q, INSERT + ROW_SQL, 1),
+        ("500-row INSERTs, mariadb-slap x4", 4, batch_q, INSERT + ", ".join([ROW_SQL] * 500), 500),
+    ):
+        proc = await asyncio.create_subprocess_exec(
+            *base, f"--concurrency={conc}", f"--number-of-queries={queries}", f"--query={sql}",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), s.ceiling_seconds * 6 + 60)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            ctx.add("db-ceiling", "mariadb", label, status="error", note="mariadb-slap timed out")
+            continue
+        secs = None
+        for line in out.decode(errors="replace").splitlines():
+            if "Average number of seconds to run all queries" in line:
+                secs = float(line.rsplit(":", 1)[1].split()[0])
+        if proc.returncode != 0 or not secs:
+            ctx.add("db-ceiling", "mariadb", label, status="error", note=out.decode(errors="replace")[-200:])
+            continue
+        if rows_per == 1:
+            _best(ctx, "ceiling_single_commits_per_s", queries / secs)
+            ctx.add("db-ceiling", "mariadb", label, commits_per_s=r1(queries / secs))
+        else:
+            _best(ctx, "ceiling_batch_rows_per_s", queries * rows_per / secs)
+            ctx.add("db-ceiling", "mariadb", label, rows_per_s=r1(queries * rows_per / secs),
+                    commits_per_s=r1(queries / secs))
+
+
+# ------------------------------------------------------------------ submit
+
+
+async def submit(ctx: Context) -> None:
+    from bench.submit import batch, make_queue, single
+
+    s = ctx.sizes
+    with environment(None, 1, ctx.log_dir) as (urls, creds):
+        async with api(urls[0], creds["token"], max(s.single_concurrency, s.batch_concurrency)) as client:
+            qid = await make_queue(client)
+            await single(client, qid, min(200, s.single_submits), 8)  # warm-up
+            r = await single(client, qid, s.single_submits, s.single_concurrency)
+            ctx.facts["single_submit_per_s"] = r["tasks_per_s"]
+            ctx.add("submit", "orbit", f"single x{s.single_concurrency} clients", tasks_per_s=r["tasks_per_s"],
+                    p50_ms=r["p50_ms"], p99_ms=r["p99_ms"], errors=r["errors"],
+                    status="ok" if not r["errors"] else "partial")
+            b = await batch(client, qid, s.batches, s.batch_size, s.batch_concurrency)
+            ctx.facts["batch_submit_per_s"] = b["tasks_per_s"]
+            ctx.add("submit", "orbit", f"batch {s.batch_size}/req x{s.batch_concurrency}", tasks_per_s=b["tasks_per_s"],
+                    p50_ms_per_batch=b["p50_ms_per_batch"], p99_ms_per_batch=b["p99_ms_per_batch"],
+                    errors=b["errors"], status="ok" if not b["errors"] else "partial")
+
+
+# ------------------------------------------------------------------ drain (+ steady-state latency)
+
+
+async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_drain: bool = True) -> None:
+    s = ctx.sizes
+    n = s.drain_tasks
+    name = f"drain{nodes}"
+    with environment(None, nodes, ctx.log_dir) as (urls, creds):
+        token, db_url = creds["token"], creds["_database_url"]
+        db = Conn(db_url)
+        procs = []
+        try:
+            async with api(urls[0], token, 8, timeout=120) as client:
+                qid = await create_queue(client, f"drain-{uuid.uuid4().hex[:6]}")
+                load_s = await api_preload(client, qid, n)
+                t_launch = time.perf_counter()
+                procs = spawn_workers(ctx, urls, token, name, queue_id=qid)
+                done, _ = await wait_count(db, "SELECT COUNT(*) FROM tasks WHERE queue_id = %s AND state = 'SUCCEEDED'",
+                                           (qid,), n, s.drain_timeout)
+                wall = time.perf_counter() - t_launch
+                (span_us,), = await db.fetch(
+                    "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(leased_at), MAX(ended_at)) FROM leases "
+                    "WHERE queue_id = %s AND outcome = 'SUCCEEDED'", (qid,))
+                active = (span_us or 1) / 1e6
+                rate = done / active
+                if nodes == 1:
+                    ctx.facts["orbit_drain_1node_per_s"] = rate
+                if report_drain:
+                    ctx.add("drain", "orbit", f"{nodes} node{'s' if nodes > 1 else ''}, {len(procs)}x"
+                            f"{s.sessions_per_process} sessions", tasks=done, tasks_per_s=r1(rate),
+                            wall_tasks_per_s=r1(done / wall), preload_tasks_per_s=r1(n / load_s),
+                            status="ok" if done >= n else "partial",
+                            note="" if done >= n else f"timed out after {wall:.0f}s")
+                else:
+                    ctx.add("latency", "orbit", "calibration drain", tasks=done, tasks_per_s=r1(rate))
+                if with_latency and done >= n:
+                    await orbit_latency(ctx, client, db, qid, max(1.0, 0.5 * rate), "50% of max")
+                    if s.latency_fixed_rate:
+                        await orbit_latency(ctx, client, db, qid, s.latency_fixed_rate, "fixed")
+        finally:
+            _proc.stop_many(procs, grace=5)
+            db.close()
+
+
+async def orbit_latency(ctx: Context, client: httpx.AsyncClient, db: Conn, qid: str, target: float,
+                        label: str) -> None:
+    """Offer `target` tasks/s while the workers run; submit->Start from stored history."""
+    s = ctx.sizes
+    (t_start,), = await db.fetch("SELECT NOW(6)")
+    sent, refused = await open_loop(target, s.latency_seconds,
+                                    lambda k, tag: _submit_some(client, qid, k, tag))
+    got, _ = await wait_count(db, "SELECT COUNT(*) FROM leases l JOIN tasks t ON t.id = l.task_id "
+                                  "WHERE l.queue_id = %s AND l.started_at IS NOT NULL AND t.created_at >= %s",
+                              (qid, t_start), sent, 60)
+    rows = await db.fetch(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, t.created_at, l.started_at), "
+        "TIMESTAMPDIFF(MICROSECOND, t.created_at, l.leased_at) FROM leases l JOIN tasks t ON t.id = l.task_id "
+        "WHERE l.queue_id = %s AND l.started_at IS NOT NULL AND l.attempt = 1 AND t.created_at >= %s", (qid, t_start))
+    lat = [r[0] / 1000 for r in rows]
+    to_lease = [r[1] / 1000 for r in rows]
+    ctx.add("latency", "orbit", f"{target:.0f}/s ({label})", rate_per_s=r1(target),
+            achieved_per_s=r1(sent / s.latency_seconds), samples=len(lat), p50_ms=r2(percentile(lat, 50)),
+            p99_ms=r2(percentile(lat, 99)), submit_to_lease_p50_ms=r2(percentile(to_lease, 50)),
+            lease_to_start_p50_ms=r2(percentile([a - b for a, b in zip(lat, to_lease)], 50)),
+            status="ok" if got >= sent and not refused else "partial",
+            note="" if got >= sent else f"{sent - got} never started")
+
+
+async def _submit_some(client: httpx.AsyncClient, qid: str, k: int, tag: str) -> int:
+    if k == 1:
+        r = await client.post(f"/v1/queues/{qid}/tasks", json={"payload": {"t": tag}},
+                              headers={"Idempotency-Key": f"l-{tag}"})
+        return 1 if r.status_code == 201 else 0
+    items = [{"idempotency_key": f"l-{tag}-{i}", "payload": {"i": i}} for i in range(k)]
+    r = await client.post(f"/v1/queues/{qid}/tasks:batch", json={"tasks": items},
+                          headers={"Idempotency-Key": f"lb-{tag}"})
+    if r.status_code != 200:
+        return 0
+    return sum(1 for x in r.json()["data"]["results"] if "task" in x)
+
+
+async def open_loop(rate: float, seconds: float, send, tick: float = 0.02, max_in_flight: int = 16) -> tuple[int, int]:
+    """Offer `rate` items/s for `seconds`, in small groups every `tick`, whatever the answers' pace.
+
+    `send(k, tag)` submits k items and returns how many were accepted. Returns (accepted, refused)."""
+    sem = asyncio.Semaphore(max_in_flight)
+    accepted = refused = 0
+    pending: set[asyncio.Task] = set()
+    tag = uuid.uuid4().hex[:8]
+    offered = 0
+    t0 = time.perf_counter()
+
+    async def one(k: int, i: int) -> None:
+        nonlocal accepted, refused
+        async with sem:
+            try:
+                ok = await send(k, f"{tag}-{i}")
+            except Exception:  # noqa: BLE001
+                ok = 0
+            accepted += ok
+            refused += k - ok
+
+    i = 0
+    while True:
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            break
+        due = int(elapsed * rate) + 1 - offered
+        if due > 0:
+            t = asyncio.create_task(one(due, i))
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+            offered += due
+            i += 1
+        await asyncio.sleep(tick)
+    if pending:
+        await asyncio.wait(pending, timeout=60)
+    return accepted, refused
+
+
+# ------------------------------------------------------------------ backlog scaling
+
+
+async def backlog(ctx: Context) -> None:
+    from bench._worker import RawSession
+
+    s = ctx.sizes
+    with environment(None, 1, ctx.log_dir) as (urls, creds):
+        token, db_url = creds["token"], creds["_database_url"]
+        db = Conn(db_url)
+        try:
+            async with api(urls[0], token, 4) as client:
+                qid = await create_queue(client, f"backlog-{uuid.uuid4().hex[:6]}")
+                # The template task lives in a queue of its own that nobody claims; pre-loaded copies go to `qid`.
+                tq = await create_queue(client, f"backlog-template-{uuid.uuid4().hex[:6]}")
+                top = max(s.backlogs)
+                raised = top + 10 * s.backlog_samples > 1_000_000
+                if raised:
+                    # The API caps max_unfinished_tasks at 1,000,000; the samples need room above the backlog.
+                    await db.fetch("UPDATE queues SET max_unfinished_tasks = %s WHERE id = %s",
+                                   (top + 10 * s.backlog_samples + 1000, qid))
+                r = await client.post(f"/v1/queues/{tq}/tasks", json={"payload": {"template": True}},
+                                      headers={"Idempotency-Key": "backlog-template"})
+                r.raise_for_status()
+                template = r.json()["data"]["task"]["id"]
+                session = await RawSession.connect(urls[0], token, qid, "backlog-w")
+                preloaded = 0
+                base: dict[str, float] = {}
+                try:
+                    for size in sorted(s.backlogs):
+                        waiting = int(await db.scalar(
+                            "SELECT COUNT(*) FROM tasks WHERE queue_id = %s AND state = 'WAITING'", (qid,)))
+                        need = max(0, size - waiting)
+                        load_s = 0.0
+                        if need:
+                            load_s = await preload_waiting(db_url, template, qid, need, first=preloaded,
+                                                           deadline=time.monotonic() + 1800)
+                            preloaded += need
+                        waiting = int(await db.scalar(
+                            "SELECT COUNT(*) FROM tasks WHERE queue_id = %s AND state = 'WAITING'", (qid,)))
+                        sub = await _sample_submits(client, qid, s.backlog_samples, s.backlog_sample_seconds)
+                        clm = await _sample_claims(session, qid, s.backlog_samples, s.backlog_sample_seconds)
+                        if size == min(s.backlogs):
+                            base = {"claim": percentile(clm, 50), "submit": percentile(sub, 50)}
+                        ctx.facts.setdefault("backlog", {})[size] = {"claim_p50_ms": percentile(clm, 50),
+                                                                     "submit_p50_ms": percentile(sub, 50)}
+                        ctx.add("backlog", "orbit", f"{size:,} waiting", waiting=waiting,
+                                claim_p50_ms=r2(percentile(clm, 50)), claim_p99_ms=r2(percentile(clm, 99)),
+                                claim_x_empty=r2(percentile(clm, 50) / base["claim"]) if base.get("claim") else None,
+                                submit_p50_ms=r2(percentile(sub, 50)), submit_p99_ms=r2(percentile(sub, 99)),
+                                submit_x_empty=r2(percentile(sub, 50) / base["submit"]) if base.get("submit") else None,
+                                samples=f"{len(clm)}/{len(sub)}",
+                                preload_rows_per_s=r1(need / load_s) if need else None,
+                                status="ok" if len(clm) >= s.backlog_samples and len(sub) >= s.backlog_samples
+                                else "partial",
+                                note=("" if len(clm) >= s.backlog_samples else "claim samples cut by time bound; ")
+                                + ("queue limit raised in the database above the API's 1,000,000 cap" if raised
+                                   else ""))
+                finally:
+                    await session.close()
+        finally:
+            db.close()
+
+
+async def _sample_submits(client: httpx.AsyncClient, qid: str, count: int, seconds: float) -> list[float]:
+    lat: list[float] = []
+    end = time.perf_counter() + seconds
+    tag = uuid.uuid4().hex[:8]
+    for i in range(count):
+        if time.perf_counter() > end:
+            break
+        t0 = time.perf_counter()
+        r = await client.post(f"/v1/queues/{qid}/tasks", json={"payload": {"i": i}},
+                              headers={"Idempotency-Key": f"bs-{tag}-{i}"})
+        if r.status_code != 201:
+            raise RuntimeError(f"submit answered {r.status_code}: {r.text[:200]}")
+        lat.append((time.perf_counter() - t0) * 1000)
+    return lat
+
+
+async def _sample_claims(session, qid: str, count: int, seconds: float) -> list[float]:
+    """claim(max_tasks=1) timed, then start + complete, one at a time."""
+    lat: list[float] = []
+    end = time.perf_counter() + seconds
+    for _ in range(count):
+        if time.perf_counter() > end:
+            break
+        t0 = time.perf_counter()
+        r = await session.call({"type": "claim", "queue_id": qid, "max_tasks": 1, "wait_ms": 0, "lease_ms": 60000})
+        lat.append((time.perf_counter() - t0) * 1000)
+        if not r["ok"] or not r["tasks"]:
+            raise RuntimeError(f"claim returned no task: {r}")
+        lease = r["tasks"][0]["lease_id"]
+        st = await session.call({"type": "start", "lease_id": lease})
+        if st["ok"]:
+            await session.call({"type": "complete", "lease_id": lease, "outcome": "succeeded", "result": None})
+        else:
+            await session.call({"type": "release", "lease_id": lease})
+    return lat
+
+
+# ------------------------------------------------------------------ many queues
+
+
+async def many_queues(ctx: Context) -> None:
+    s = ctx.sizes
+    nq = s.queues
+    with environment(None, 1, ctx.log_dir) as (urls, creds):
+        token, db_url = creds["token"], creds["_database_url"]
+        db = Conn(db_url)
+        procs = []
+        try:
+            async with api(urls[0], token, 32, timeout=120) as client:
+                tag = uuid.uuid4().hex[:6]
+                sem = asyncio.Semaphore(16)
+                ids: list[str] = [""] * nq
+
+                async def make(i: int) -> None:
+                    async with sem:
+                        ids[i] = await create_queue(client, f"mq-{tag}-{i}", max_concurrency=10, rate_per_second=100,
+                                                    max_unfinished_tasks=100)
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(make(i) for i in range(nq)))
+                create_s = time.perf_counter() - t0
+
+                async def put(i: int) -> None:
+                    async with sem:
+                        r = await client.post(f"/v1/queues/{ids[i]}/tasks", json={"payload": {"q": i}},
+                                              headers={"Idempotency-Key": f"mq-{tag}-{i}"})
+                        r.raise_for_status()
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(put(i) for i in range(nq)))
+                submit_s = time.perf_counter() - t0
+                qfile = ctx.log_dir / "many-queues.txt"
+                qfile.write_text("\n".join(ids) + "\n")
+                t_launch = time.perf_counter()
+                procs = spawn_workers(ctx, urls, token, "manyq", queues_file=str(qfile))
+                done, _ = await wait_count(db, "SELECT COUNT(*) FROM tasks WHERE state = 'SUCCEEDED'", (), nq,
+                                           s.drain_timeout)
+                wall = time.perf_counter() - t_launch
+                (span_us,), = await db.fetch(
+                    "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(leased_at), MAX(ended_at)) FROM leases "
+                    "WHERE outcome = 'SUCCEEDED'")
+                ctx.add("many-queues", "orbit", f"{nq:,} queues x 1 task", queues_per_s=r1(nq / create_s),
+                        submit_per_s=r1(nq / submit_s), drained=done, drain_tasks_per_s=r1(done / ((span_us or 1) / 1e6)),
+                        wall_tasks_per_s=r1(done / wall), status="ok" if done >= nq else "partial",
+                        note="" if done >= nq else f"timed out after {wall:.0f}s")
+        finally:
+            _proc.stop_many(procs, grace=5)
+            db.close()
+
+
+# ------------------------------------------------------------------ limits under load
+
+
+async def limits(ctx: Context) -> None:
+    s = ctx.sizes
+    C, R = s.limits_concurrency, s.limits_rate
+    with environment(None, 2, ctx.log_dir) as (urls, creds):
+        token, db_url = creds["token"], creds["_database_url"]
+        db = Conn(db_url)
+        procs = []
+        try:
+            async with api(urls[0], token, 8) as client:
+                qid = await create_queue(client, f"limits-{uuid.uuid4().hex[:6]}", max_concurrency=C,
+                                         rate_per_second=R)
+                total = int(R * s.limits_seconds * 1.5) + 10 * C
+                await api_preload(client, qid, total)
+            sessions = max(4, C)  # more sessions than permits: saturated
+            procs = spawn_workers(ctx, urls, token, "limits", queue_id=qid, sessions=sessions,
+                                  extra=["--max-tasks", "4", "--handler-ms", str(s.limits_handler_ms),
+                                         "--retry-rate-limited", "--lease-ms", "30000"])
+            samples = []
+            t_end = time.perf_counter() + s.limits_seconds
+            while time.perf_counter() < t_end:
+                samples.append(int(await db.scalar(
+                    "SELECT COUNT(*) FROM tasks WHERE queue_id = %s AND state IN ('LEASED', 'RUNNING')", (qid,))))
+                await asyncio.sleep(0.1)
+            _proc.stop_many(procs, grace=10)
+            outcome = worker_outcomes(ctx, "limits", len(procs))
+            procs = []
+            (now,), = await db.fetch("SELECT NOW(6)")
+            leases = await db.fetch("SELECT leased_at, started_at, ended_at FROM leases WHERE queue_id = %s", (qid,))
+            starts = [l[1] for l in leases if l[1] is not None]
+            overlap = max_overlap([(l[0], l[2] or now) for l in leases])
+            wins = windows(starts)
+            full = wins[1:-1] or wins  # first and last windows are partial
+            span = (max(starts) - min(starts)).total_seconds() if len(starts) > 1 else 0
+            ok = overlap <= C and (max(wins) if wins else 0) <= R
+            ctx.add("limits", "orbit", f"C={C} R={R}/s, 2 nodes, {sessions * s.worker_processes} sessions",
+                    max_concurrent=overlap, limit_concurrency=C, max_live_sample=max(samples or [0]),
+                    max_starts_in_window=max(wins) if wins else 0, limit_rate=R,
+                    mean_starts_per_window=r1(sum(full) / len(full)) if full else 0,
+                    starts_per_s=r1(len(starts) / span) if span else 0, rate_limited_replies=outcome["rate_limited"],
+                    status="ok" if ok else "error", note="limits held" if ok else "LIMIT EXCEEDED")
+        finally:
+            _proc.stop_many(procs, grace=5)
+            db.close()
