@@ -126,31 +126,3 @@ async def preload_waiting(url: str, template_task_id: str, queue_id: str, count:
     return time.perf_counter() - t0
 
 
-# ------------------------------------------------------------------ history checks
-
-def windows(starts: list) -> list[int]:
-    """Rebuild the database's rate windows (as tests/cluster/test_dispatch_invariants.py does):
-    the first Start opens one, it lasts one second."""
-    from datetime import timedelta
-
-    counts: list[int] = []
-    window_start = None
-    for t in sorted(starts):
-        if window_start is None or t >= window_start + timedelta(seconds=1):
-            window_start = t
-            counts.append(0)
-        counts[-1] += 1
-    return counts
-
-
-def max_overlap(intervals: list[tuple]) -> int:
-    events = []
-    for a, b in intervals:
-        events.append((a, 1))
-        events.append((b, -1))
-    events.sort(key=lambda e: (e[0], e[1]))
-    cur = best = 0
-    for _, d in events:
-        cur += d
-        best = max(best, cur)
-    return best

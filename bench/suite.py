@@ -24,7 +24,9 @@ from typing import Any
 import httpx
 
 from bench import _proc
-from bench._db import Conn, max_overlap, preload_waiting, windows
+from bench._db import Conn, preload_waiting
+from orbit.server.core.history import max_overlap
+from orbit.server.core.history import rate_windows as windows
 from bench._harness import (
     create_mysql_database,
     drop_mysql_database,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from datetime import timedelta
 
 import pytest
 
+from orbit.server.core.history import max_overlap, rate_windows
 from tests.integration.worker_client import Worker
 
 from .nodes import async_client, fetch_all, post, warm_up
@@ -22,31 +22,6 @@ pytestmark = pytest.mark.cluster
 CONCURRENCY = 4
 RATE = 15
 TASKS = 90
-
-
-def _windows(starts: list) -> list[int]:
-    """Rebuild the database's rate windows: the first Start opens one, it lasts one second."""
-    counts: list[int] = []
-    window_start = None
-    for t in sorted(starts):
-        if window_start is None or t >= window_start + timedelta(seconds=1):
-            window_start = t
-            counts.append(0)
-        counts[-1] += 1
-    return counts
-
-
-def _max_overlap(intervals: list[tuple]) -> int:
-    events = []
-    for a, b in intervals:
-        events.append((a, 1))
-        events.append((b, -1))
-    events.sort(key=lambda e: (e[0], e[1]))
-    cur = best = 0
-    for _, d in events:
-        cur += d
-        best = max(best, cur)
-    return best
 
 
 async def _worker(base: str, token: str, queue_id: str, node: str, stop: asyncio.Event, replay: bool) -> None:
@@ -120,14 +95,14 @@ def test_limits_hold_across_three_nodes(cluster, tenant, mariadb_url):
     succeeded = [l["task_id"] for l in leases if l["outcome"] == "SUCCEEDED"]
     assert sorted(succeeded) == sorted(r["id"] for r in tasks_rows)
     # permits: LEASED + RUNNING never above the limit, from the stored history
-    assert _max_overlap([(l["leased_at"], l["ended_at"]) for l in leases]) <= CONCURRENCY
+    assert max_overlap([(l["leased_at"], l["ended_at"]) for l in leases]) <= CONCURRENCY
     # no task leased twice at once
     by_task: dict[str, list] = {}
     for l in leases:
         by_task.setdefault(l["task_id"], []).append((l["leased_at"], l["ended_at"]))
-    assert all(_max_overlap(iv) == 1 for iv in by_task.values())
+    assert all(max_overlap(iv) == 1 for iv in by_task.values())
     # no database rate window holds more than the rate
-    windows = _windows([l["started_at"] for l in leases if l["started_at"] is not None])
+    windows = rate_windows([l["started_at"] for l in leases if l["started_at"] is not None])
     assert max(windows) <= RATE, windows
     (u,) = asyncio.run(fetch_all(mariadb_url, "SELECT * FROM queue_usage WHERE queue_id=:q", q=qid))
     assert (u["unfinished"], u["permits_in_use"], u["rate_reserved"]) == (0, 0, 0)
