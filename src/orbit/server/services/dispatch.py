@@ -297,6 +297,15 @@ def _end_task_failed(w: _Writes, task: dict[str, Any], now: datetime, code: str,
     w.events.append(_task_event(task, "task.failed", states.FAILED, error=error))
 
 
+def _fail_unstarted(w: _Writes, lease: dict[str, Any], task: dict[str, Any], now: datetime, code: str,
+                    message: str) -> None:
+    """A leased task whose deadline passed before its Start: end it FAILED, free permit and reservation."""
+    _end_task_failed(w, task, now, code, message)
+    w.lease(lease["id"], state=ENDED, ended_at=now, outcome=code, reserved=False)
+    w.usage.add(lease["queue_id"], task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
+    lease.update(state=ENDED, outcome=code)
+
+
 # ------------------------------------------------------------------ start
 
 
@@ -348,17 +357,11 @@ async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, An
             task = locked.tasks[lease["task_id"]]
             qid = lease["queue_id"]
             if task["start_deadline_at"] is not None and task["start_deadline_at"] <= now:
-                _end_task_failed(w, task, now, "START_DEADLINE_EXCEEDED", "the start deadline passed before any start")
-                w.lease(lease["id"], state=ENDED, ended_at=now, outcome="START_DEADLINE_EXCEEDED", reserved=False)
-                w.usage.add(qid, task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
-                lease.update(state=ENDED, outcome="START_DEADLINE_EXCEEDED")
+                _fail_unstarted(w, lease, task, now, "START_DEADLINE_EXCEEDED", "the start deadline passed before any start")
                 replies.append(fail("START_DEADLINE_EXCEEDED", "the task's start deadline passed"))
                 continue
             if task["deadline_at"] is not None and task["deadline_at"] <= now:
-                _end_task_failed(w, task, now, "DEADLINE_EXCEEDED", "the total deadline passed before the start")
-                w.lease(lease["id"], state=ENDED, ended_at=now, outcome="DEADLINE_EXCEEDED", reserved=False)
-                w.usage.add(qid, task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
-                lease.update(state=ENDED, outcome="DEADLINE_EXCEEDED")
+                _fail_unstarted(w, lease, task, now, "DEADLINE_EXCEEDED", "the total deadline passed before the start")
                 replies.append(fail("LEASE_EXPIRED", "the task's total deadline passed; it ended FAILED"))
                 continue
             if controls[qid]["paused"]:
