@@ -39,7 +39,8 @@ class RawSession:
     async def connect(cls, url: str, token: str, queue_id: str | list[str], node_id: str) -> RawSession:
         ws = await asyncio.wait_for(websockets.connect(
             url.replace("http", "ws", 1) + "/v1/workers/connect",
-            additional_headers={"Authorization": f"Bearer {token}"}, max_size=None), 30)
+            additional_headers={"Authorization": f"Bearer {token}"}, max_size=None,
+            compression=None), 30)
         s = cls(ws)
         queues = queue_id if isinstance(queue_id, list) else [queue_id]
         r = await s.call({"type": "hello", "node_id": node_id, "queues": queues, "sdk": "bench"})

@@ -174,6 +174,7 @@ class WorkerSession:
                 additional_headers={"Authorization": f"Bearer {token}"},
                 open_timeout=open_timeout,
                 max_size=None,
+                compression=None,  # small frames on a local network: zlib per frame costs more than it saves
                 user_agent_header=f"{SDK_NAME} orbit-worker",
             )
         except InvalidStatus as exc:

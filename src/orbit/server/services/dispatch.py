@@ -284,9 +284,14 @@ class _Writes:
         self.leases.setdefault(lease_id, {}).update(values)
 
     async def flush(self, tx: Tx) -> None:
+        await self.flush_rows(tx)
+        await self.usage.apply(tx)
+
+    async def flush_rows(self, tx: Tx) -> None:
+        """Task, lease and event rows; the usage rows, which every dispatch transaction
+        meets on, are written last so that their locks are held the shortest time."""
         await update_many(tx, "tasks", self.tasks)
         await update_many(tx, "leases", self.leases)
-        await self.usage.apply(tx)
         await emit_many(tx, self.events)
 
 
@@ -316,86 +321,155 @@ class StartCommand:
     lease_id: str
 
 
+class _Contended(Exception):
+    """The rate window moved between the snapshot and the lock in a way the plan did not allow."""
+
+
 async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, Any]]:
-    """Authorize Starts; a refused Start (rate, pause) writes nothing."""
+    """Authorize Starts; a refused Start (rate, pause) writes nothing.
 
-    async def body(tx: Tx) -> list[dict[str, Any]]:
-        locked = await _lock_for_leases(tx, [c.lease_id for c in commands])
-        queue_ids = sorted({locked.leases[c.lease_id]["queue_id"] for c in commands if c.lease_id in locked.leases})
-        controls = {}
-        windows: dict[str, RateWindow] = {}
-        if queue_ids:
-            for r in await tx.raw_rows(
-                "SELECT queue_id, rate_window_start, rate_window_used, rate_reserved FROM queue_usage "
-                f"WHERE queue_id IN ({placeholders(len(queue_ids))}) ORDER BY queue_id{tx.for_update}",
-                queue_ids, datetimes=("rate_window_start",),
-            ):
-                windows[r["queue_id"]] = RateWindow(r["rate_window_start"], int(r["rate_window_used"]),
-                                                    int(r["rate_reserved"]))
-            for r in await tx.raw_rows(
-                f"SELECT id, paused, rate_per_second FROM queues WHERE id IN ({placeholders(len(queue_ids))})",
-                queue_ids,
-            ):
-                controls[r["id"]] = r
-        now = await tx.now()
-        w = _Writes()
-        replies = []
-        for c in commands:
-            lease = locked.leases.get(c.lease_id)
-            if lease is None or lease["credential_id"] != c.credential_id:
-                replies.append(fail("NOT_FOUND", "no such lease for this credential"))
-                continue
-            if lease["start_msg_id"] == c.msg_id:
-                replies.append(ok(**orjson.loads(lease["start_response"])))
-                continue
-            if lease["state"] == RUNNING:
-                replies.append(fail("STATE_CONFLICT", "the lease was already started by another message"))
-                continue
-            if not _lease_current(lease, now):
-                replies.append(_not_current_error(lease))
-                continue
-            task = locked.tasks[lease["task_id"]]
-            qid = lease["queue_id"]
-            if task["start_deadline_at"] is not None and task["start_deadline_at"] <= now:
-                _fail_unstarted(w, lease, task, now, "START_DEADLINE_EXCEEDED", "the start deadline passed before any start")
-                replies.append(fail("START_DEADLINE_EXCEEDED", "the task's start deadline passed"))
-                continue
-            if task["deadline_at"] is not None and task["deadline_at"] <= now:
-                _fail_unstarted(w, lease, task, now, "DEADLINE_EXCEEDED", "the total deadline passed before the start")
-                replies.append(fail("LEASE_EXPIRED", "the task's total deadline passed; it ended FAILED"))
-                continue
-            if controls[qid]["paused"]:
-                replies.append(fail("QUEUE_PAUSED", "the queue is paused; retry within the lease", 1000))
-                continue
-            decision = authorize_start(windows[qid], int(controls[qid]["rate_per_second"]), now,
-                                       reserved=bool(lease["reserved"]))
-            if not decision.allowed:
-                replies.append(fail("RATE_LIMITED", "the queue's Start rate is exhausted for this window",
-                                    decision.retry_after_ms))
-                continue
-            windows[qid] = decision.window
-            w.usage.set_window(qid, decision.window)
-            if lease["reserved"]:
-                w.usage.add(qid, task["application_id"], reserved=-1)
-            attempt = int(task["attempts"]) + 1
-            receipt = {
-                "attempt": attempt,
-                "started_at": format_ts(now),
-                "start_receipt_id": new_id(),
-                "deadline_at": format_ts(task["deadline_at"]),
-                "lease_expires_at": format_ts(lease["expires_at"]),
-            }
-            w.task(task["id"], state=states.RUNNING, attempts=attempt, updated_at=now)
-            w.lease(lease["id"], state=RUNNING, started_at=now, attempt=attempt, reserved=False,
-                    start_msg_id=c.msg_id, start_response=orjson.dumps(receipt).decode())
-            lease.update(state=RUNNING, start_msg_id=c.msg_id, reserved=False)
-            task.update(attempts=attempt)
-            w.events.append(_task_event(task, "task.started", states.RUNNING, attempt=attempt, lease_id=lease["id"]))
-            replies.append(ok(**receipt))
-        await w.flush(tx)
-        return replies
+    The queue's usage row is every dispatch transaction's meeting point, so it is
+    locked *last*: decisions are planned on an unlocked read of the rate window,
+    the task, lease and event rows are written, and only then is the window locked
+    and the plan re-checked against it. If the window moved so that the plan no
+    longer holds, the transaction is rolled back and re-run with the window locked
+    first (the exact, slower order). A plan that refuses anything on the snapshot
+    is re-decided under the lock before anything is written.
+    """
+    try:
+        return await db.fast_transaction(lambda tx: _start_body(tx, commands, optimistic=True))
+    except _Contended:
+        return await db.fast_transaction(lambda tx: _start_body(tx, commands, optimistic=False))
 
-    return await db.fast_transaction(body)
+
+async def _read_windows(tx: Tx, queue_ids: list[str], *, lock: bool) -> dict[str, RateWindow]:
+    if not queue_ids:
+        return {}
+    rows = await tx.raw_rows(
+        "SELECT queue_id, rate_window_start, rate_window_used, rate_reserved FROM queue_usage "
+        f"WHERE queue_id IN ({placeholders(len(queue_ids))}) ORDER BY queue_id{tx.for_update if lock else ''}",
+        queue_ids, datetimes=("rate_window_start",),
+    )
+    return {r["queue_id"]: RateWindow(r["rate_window_start"], int(r["rate_window_used"]), int(r["rate_reserved"]))
+            for r in rows}
+
+
+@dataclass
+class _StartPlan:
+    replies: list[dict[str, Any]]
+    writes: _Writes
+    counted: dict[str, list[bool]]  # queue id -> `reserved` of each Start counted in its window, in order
+    rate_limited: bool
+
+
+def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[str, Any],
+                 windows: dict[str, RateWindow], now: datetime) -> _StartPlan:
+    w = _Writes()
+    replies: list[dict[str, Any]] = []
+    counted: dict[str, list[bool]] = {}
+    rate_limited = False
+    leases_ = {k: dict(v) for k, v in locked.leases.items()}
+    tasks_ = {k: dict(v) for k, v in locked.tasks.items()}
+    windows = dict(windows)
+    for c in commands:
+        lease = leases_.get(c.lease_id)
+        if lease is None or lease["credential_id"] != c.credential_id:
+            replies.append(fail("NOT_FOUND", "no such lease for this credential"))
+            continue
+        if lease["start_msg_id"] == c.msg_id:
+            replies.append(ok(**orjson.loads(lease["start_response"])))
+            continue
+        if lease["state"] == RUNNING:
+            replies.append(fail("STATE_CONFLICT", "the lease was already started by another message"))
+            continue
+        if not _lease_current(lease, now):
+            replies.append(_not_current_error(lease))
+            continue
+        task = tasks_[lease["task_id"]]
+        qid = lease["queue_id"]
+        if task["start_deadline_at"] is not None and task["start_deadline_at"] <= now:
+            _fail_unstarted(w, lease, task, now, "START_DEADLINE_EXCEEDED", "the start deadline passed before any start")
+            replies.append(fail("START_DEADLINE_EXCEEDED", "the task's start deadline passed"))
+            continue
+        if task["deadline_at"] is not None and task["deadline_at"] <= now:
+            _fail_unstarted(w, lease, task, now, "DEADLINE_EXCEEDED", "the total deadline passed before the start")
+            replies.append(fail("LEASE_EXPIRED", "the task's total deadline passed; it ended FAILED"))
+            continue
+        if controls[qid]["paused"]:
+            replies.append(fail("QUEUE_PAUSED", "the queue is paused; retry within the lease", 1000))
+            continue
+        reserved = bool(lease["reserved"])
+        decision = authorize_start(windows[qid], int(controls[qid]["rate_per_second"]), now, reserved=reserved)
+        if not decision.allowed:
+            rate_limited = True
+            replies.append(fail("RATE_LIMITED", "the queue's Start rate is exhausted for this window",
+                                decision.retry_after_ms))
+            continue
+        windows[qid] = decision.window
+        counted.setdefault(qid, []).append(reserved)
+        w.usage.set_window(qid, decision.window)
+        if reserved:
+            w.usage.add(qid, task["application_id"], reserved=-1)
+        attempt = int(task["attempts"]) + 1
+        receipt = {
+            "attempt": attempt,
+            "started_at": format_ts(now),
+            "start_receipt_id": new_id(),
+            "deadline_at": format_ts(task["deadline_at"]),
+            "lease_expires_at": format_ts(lease["expires_at"]),
+        }
+        w.task(task["id"], state=states.RUNNING, attempts=attempt, updated_at=now)
+        w.lease(lease["id"], state=RUNNING, started_at=now, attempt=attempt, reserved=False,
+                start_msg_id=c.msg_id, start_response=orjson.dumps(receipt).decode())
+        lease.update(state=RUNNING, start_msg_id=c.msg_id, start_response=orjson.dumps(receipt).decode(),
+                     reserved=False)
+        task.update(attempts=attempt)
+        w.events.append(_task_event(task, "task.started", states.RUNNING, attempt=attempt, lease_id=lease["id"]))
+        replies.append(ok(**receipt))
+    return _StartPlan(replies, w, counted, rate_limited)
+
+
+def _recount(window: RateWindow, rate: int, now: datetime, reserved: list[bool]) -> RateWindow | None:
+    """The window after counting these Starts on the locked row, or None if one no longer fits."""
+    if window.start is not None and window.start > now:
+        return None  # opened by a transaction with a later clock: only the locked order is exact
+    for r in reserved:
+        decision = authorize_start(window, rate, now, reserved=r)
+        if not decision.allowed:
+            return None
+        window = decision.window
+    return window
+
+
+async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool) -> list[dict[str, Any]]:
+    locked = await _lock_for_leases(tx, [c.lease_id for c in commands])
+    queue_ids = sorted({locked.leases[c.lease_id]["queue_id"] for c in commands if c.lease_id in locked.leases})
+    windows = await _read_windows(tx, queue_ids, lock=not optimistic)
+    controls = {r["id"]: r for r in await tx.raw_rows(
+        f"SELECT id, paused, rate_per_second FROM queues WHERE id IN ({placeholders(len(queue_ids))})", queue_ids,
+    )} if queue_ids else {}
+    now = await tx.now()
+    plan = _plan_starts(commands, locked, controls, windows, now)
+    if not optimistic:
+        await plan.writes.flush(tx)
+        return plan.replies
+    if plan.rate_limited:
+        # A refusal must be exact: decide again with the windows locked (nothing is written yet).
+        windows = await _read_windows(tx, queue_ids, lock=True)
+        now = await tx.refresh_now()
+        plan = _plan_starts(commands, locked, controls, windows, now)
+        await plan.writes.flush(tx)
+        return plan.replies
+    await plan.writes.flush_rows(tx)
+    if plan.counted:
+        current = await _read_windows(tx, sorted(plan.counted), lock=True)
+        for qid, reserved in plan.counted.items():
+            window = _recount(current[qid], int(controls[qid]["rate_per_second"]), now, reserved)
+            if window is None:
+                raise _Contended()
+            plan.writes.usage.set_window(qid, window)
+    await plan.writes.usage.apply(tx)
+    return plan.replies
 
 
 # ------------------------------------------------------------------ renew

@@ -214,6 +214,11 @@ class Tx:
                     r[col] = datetime.fromisoformat(v)
         return rows
 
+    async def refresh_now(self) -> datetime:
+        """Read the clock again, for a decision that must come after a lock was taken."""
+        self._now = None
+        return await self.now()
+
     async def now(self) -> datetime:
         """The database clock (naive UTC), read once per transaction."""
         if self._now is None:
