@@ -104,104 +104,154 @@ async def missing_queues(db: Database, namespace_id: str, queue_ids: list[str]) 
 # ------------------------------------------------------------------ claim
 
 
+@dataclass(frozen=True)
+class ClaimCommand:
+    who: WorkerIdentity
+    queue_id: str
+    max_tasks: int
+    lease_ms: int
+    msg_id: str
+
+
 async def claim(
     db: Database, who: WorkerIdentity, queue_id: str, *, max_tasks: int, lease_ms: int, msg_id: str
 ) -> dict[str, Any]:
     """Lease up to `max_tasks` due tasks in dispatch order within the queue's free permits and rate space."""
-    cred = who.principal.credential_id
+    (reply,) = await claim_many(db, [ClaimCommand(who, queue_id, max_tasks, lease_ms, msg_id)])
+    return reply
 
-    async def body(tx: Tx) -> dict[str, Any]:
-        prior = await tx.raw_rows("SELECT response FROM worker_claims WHERE credential_id = ? AND msg_id = ?",
-                                  (cred, msg_id))
-        if prior:
-            granted = orjson.loads(prior[0]["response"])
-            await _rehydrate_payloads(tx, granted)
-            return ok(tasks=granted)
-        controls = "SELECT paused, retired_at, max_concurrency, rate_per_second FROM queues WHERE id = ? AND namespace_id = ?"
-        q = await tx.raw_rows(controls, (queue_id, who.principal.namespace_id))
-        if not q:
-            return fail("NOT_FOUND", "queue not found")
-        if q[0]["retired_at"] is not None:
-            return fail("STATE_CONFLICT", "the queue is retired")
-        if q[0]["paused"]:
-            return ok(tasks=[])
-        (usage,) = await tx.raw_rows(
-            f"SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved{tx.now_column} "
-            f"FROM queue_usage WHERE queue_id = ?{tx.for_update}", (queue_id,), datetimes=("rate_window_start",),
+
+_CONTROLS = ("SELECT namespace_id, paused, retired_at, max_concurrency, rate_per_second FROM queues "
+             "WHERE id = ?")
+
+
+async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[str, Any]]:
+    """Claims of one queue, in one transaction: the usage row is locked once for all of them.
+
+    Claims of a queue take turns on its usage row whatever happens, so a node
+    gathers the claims its sessions sent meanwhile and serves them together:
+    one grant, one candidate read, one round of writes, shared in arrival order.
+    """
+    queue_id = commands[0].queue_id
+    assert all(c.queue_id == queue_id for c in commands)
+
+    async def body(tx: Tx) -> list[dict[str, Any]]:
+        replies: list[dict[str, Any] | None] = [None] * len(commands)
+        keys = [(c.who.principal.credential_id, c.msg_id) for c in commands]
+        prior = await tx.raw_rows(
+            "SELECT credential_id, msg_id, response FROM worker_claims WHERE "
+            + " OR ".join("(credential_id = ? AND msg_id = ?)" for _ in keys),
+            [v for k in keys for v in k],
         )
-        tx.take_now(usage)
-        now = await tx.now()
-        window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
-        # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
-        (q,) = await tx.raw_rows(controls, (queue_id, who.principal.namespace_id))
-        if q["paused"]:
-            return ok(tasks=[])
-        grant = min(
-            max_tasks,
-            int(q["max_concurrency"]) - int(usage["permits_in_use"]),
-            claim_room(window, int(q["rate_per_second"]), now),
-        )
-        if grant <= 0:
-            return ok(tasks=[])
-        candidates = await tx.raw_rows(
-            "SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
-            "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? "
-            "ORDER BY priority DESC, available_at, id LIMIT ?",
-            (queue_id, now, grant), datetimes=TASK_TIMES,
-        )
+        stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
+        for i, k in enumerate(keys):
+            if k in stored:
+                granted = orjson.loads(stored[k])
+                await _rehydrate_payloads(tx, granted)
+                replies[i] = ok(tasks=granted)
+        q = await tx.raw_rows(_CONTROLS, (queue_id,))
+        live = []
+        for i, c in enumerate(commands):
+            if replies[i] is not None:
+                continue
+            if not q or q[0]["namespace_id"] != c.who.principal.namespace_id:
+                replies[i] = fail("NOT_FOUND", "queue not found")
+            elif q[0]["retired_at"] is not None:
+                replies[i] = fail("STATE_CONFLICT", "the queue is retired")
+            elif q[0]["paused"]:
+                replies[i] = ok(tasks=[])
+            else:
+                live.append(i)
+        if live:
+            await _grant(tx, queue_id, [commands[i] for i in live], [replies, live])
+        return [r if r is not None else ok(tasks=[]) for r in replies]
+
+    return await db.fast_transaction(body)
+
+
+async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], out: list[Any]) -> None:
+    replies, slots = out
+    (usage,) = await tx.raw_rows(
+        f"SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved{tx.now_column} "
+        f"FROM queue_usage WHERE queue_id = ?{tx.for_update}", (queue_id,), datetimes=("rate_window_start",),
+    )
+    tx.take_now(usage)
+    now = await tx.now()
+    window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
+    # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
+    (q,) = await tx.raw_rows(_CONTROLS, (queue_id,))
+    if q["paused"]:
+        return
+    grant = min(
+        sum(c.max_tasks for c in commands),
+        int(q["max_concurrency"]) - int(usage["permits_in_use"]),
+        claim_room(window, int(q["rate_per_second"]), now),
+    )
+    if grant <= 0:
+        return
+    candidates = await tx.raw_rows(
+        "SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
+        "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? "
+        "ORDER BY priority DESC, available_at, id LIMIT ?",
+        (queue_id, now, grant), datetimes=TASK_TIMES,
+    )
+    if not candidates:
+        return
+    # Claims of a queue already take turns on its usage row, so candidates come from a plain
+    # indexed read (SKIP LOCKED's scan over delete-marked entries costs far more) and the
+    # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
+    ids = [t["id"] for t in candidates]
+    taken = await tx.raw(
+        f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) AND state = 'WAITING'",
+        (now, *ids),
+    )
+    if taken != len(ids):
+        leased = {r["id"] for r in await tx.raw_rows(
+            f"SELECT id FROM tasks WHERE id IN ({placeholders(len(ids))}) AND state = 'LEASED'", ids)}
+        candidates = [t for t in candidates if t["id"] in leased]
         if not candidates:
-            return ok(tasks=[])
-        # Claims of a queue already take turns on its usage row, so candidates come from a plain
-        # indexed read (SKIP LOCKED's scan over delete-marked entries costs far more) and the
-        # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
-        ids = [t["id"] for t in candidates]
-        taken = await tx.raw(
-            f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) AND state = 'WAITING'",
-            (now, *ids),
-        )
-        if taken != len(ids):
-            leased = {r["id"] for r in await tx.raw_rows(
-                f"SELECT id FROM tasks WHERE id IN ({placeholders(len(ids))}) AND state = 'LEASED'", ids)}
-            candidates = [t for t in candidates if t["id"] in leased]
-            if not candidates:
-                return ok(tasks=[])
-        expires = now + timedelta(milliseconds=lease_ms)
-        lease_rows = []
+            return
+    lease_rows = []
+    events = []
+    receipts = []
+    changes = UsageChanges()
+    pos = 0
+    for slot, c in zip(slots, commands):
+        mine, pos = candidates[pos : pos + c.max_tasks], pos + c.max_tasks
+        if not mine:
+            continue
+        who = c.who
+        expires = now + timedelta(milliseconds=c.lease_ms)
         granted = []
-        for t in candidates:
+        for t in mine:
             lease = {
                 "id": new_id(), "task_id": t["id"], "queue_id": queue_id, "application_id": t["application_id"],
-                "namespace_id": t["namespace_id"], "credential_id": cred, "session_id": who.session_id,
-                "worker_node_id": who.worker_node_id, "server_node_id": who.server_node_id,
-                "attempt": int(t["attempts"]) + 1, "state": LEASED, "reserved": True, "leased_at": now,
-                "expires_at": expires, "push_pending": False,
+                "namespace_id": t["namespace_id"], "credential_id": who.principal.credential_id,
+                "session_id": who.session_id, "worker_node_id": who.worker_node_id,
+                "server_node_id": who.server_node_id, "attempt": int(t["attempts"]) + 1, "state": LEASED,
+                "reserved": True, "leased_at": now, "expires_at": expires, "push_pending": False,
             }
             lease_rows.append(lease)
             granted.append(lease_json(lease, t, orjson.Fragment(t["payload"])))
-        cols = list(lease_rows[0])
-        await tx.raw_many(
-            f"INSERT INTO leases ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
-            [[lr[c] for c in cols] for lr in lease_rows],
-        )
-        changes = UsageChanges()
-        for t in candidates:
             changes.add(queue_id, t["application_id"], permits=1, reserved=1)
-        await changes.apply(tx)
-        await emit_many(tx, [
-            _task_event(t, "task.leased", states.LEASED, lease_id=lr["id"], attempt=lr["attempt"])
-            for t, lr in zip(candidates, lease_rows)
-        ])
+            events.append(_task_event(t, "task.leased", states.LEASED, lease_id=lease["id"], attempt=lease["attempt"]))
         stored = [{k: v for k, v in g.items() if k != "payload"} for g in granted]
-        try:
-            await tx.raw("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)",
-                         (cred, msg_id, orjson.dumps(stored).decode(), now))
-        except Exception as exc:
-            if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
-                raise RetryTransaction() from exc
-            raise
-        return ok(tasks=granted)
-
-    return await db.fast_transaction(body)
+        receipts.append((who.principal.credential_id, c.msg_id, orjson.dumps(stored).decode(), now))
+        replies[slot] = ok(tasks=granted)
+    cols = list(lease_rows[0])
+    await tx.defer_many(
+        f"INSERT INTO leases ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
+        [[lr[c] for c in cols] for lr in lease_rows],
+    )
+    await emit_many(tx, events)
+    try:
+        await tx.raw_many("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)",
+                          receipts)
+    except Exception as exc:
+        if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
+            raise RetryTransaction() from exc
+        raise
+    await changes.apply(tx)
 
 
 async def _rehydrate_payloads(tx: Tx, granted: list[dict[str, Any]]) -> None:

@@ -68,7 +68,7 @@ async def emit_many(tx: Tx, rows: list[tuple[str, str, str, str, Any]]) -> None:
     if not rows:
         return
     now = await tx.now()
-    await tx.raw_many(
+    await tx.defer_many(
         "INSERT INTO events (namespace_id, type, time, resource_type, resource_id, data) VALUES (?, ?, ?, ?, ?, ?)",
         [(ns, type_, now, rtype, rid, orjson.dumps(data).decode()) for ns, type_, rtype, rid, data in rows],
     )

@@ -48,11 +48,11 @@ class UsageChanges:
                 sets += ["rate_window_start = ?", "rate_window_used = ?"]
                 params += [w.start, w.used]
             if sets:
-                await tx.raw(f"UPDATE queue_usage SET {', '.join(sets)} WHERE queue_id = ?", [*params, qid])
+                await tx.defer(f"UPDATE queue_usage SET {', '.join(sets)} WHERE queue_id = ?", [*params, qid])
         for aid in sorted(self.apps):
             sets, params = _delta_sets(self.apps[aid])
             if sets:
-                await tx.raw(f"UPDATE application_usage SET {', '.join(sets)} WHERE application_id = ?", [*params, aid])
+                await tx.defer(f"UPDATE application_usage SET {', '.join(sets)} WHERE application_id = ?", [*params, aid])
 
 
 def _delta_sets(d: Delta) -> tuple[list[str], list[int]]:

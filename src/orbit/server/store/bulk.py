@@ -37,4 +37,4 @@ async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> No
                     for k in chunk:
                         params.extend((k, rows[k][col]))
             params.extend(chunk)
-            await tx.raw(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})", params)
+            await tx.defer(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})", params)

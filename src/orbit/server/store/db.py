@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -139,6 +139,12 @@ class Tx:
     dialect: str
     _now: datetime | None = None
     _driver: Any = None
+    # Write-behind: on a driver connection opened with multi-statements, writes whose row
+    # count nobody needs wait here and travel with the next statement (or the COMMIT), so a
+    # transaction costs a few round trips however many tables it writes.
+    _multi: bool = False
+    _deferred: list[str] = field(default_factory=list)
+    _escaper: Any = None
 
     @property
     def now_column(self) -> str:
@@ -172,8 +178,79 @@ class Tx:
             converted = _MYSQL_SQL[sql] = sql.replace("?", "%s")
         return converted
 
+    def _mogrify(self, sql: str, params: Any) -> str:
+        if self._escaper is None:
+            self._escaper = self._driver.cursor()
+        return self._escaper.mogrify(self._sql(sql), tuple(params)) if params else self._sql(sql)
+
+    async def defer(self, sql: str, params: Any = ()) -> None:
+        """A write whose row count is not needed: sent with the next statement or the commit."""
+        if self._multi:
+            self._deferred.append(self._mogrify(sql, params))
+        else:
+            await self.raw(sql, params)
+
+    async def defer_many(self, sql: str, rows: list[Any]) -> None:
+        """A multi-row `INSERT … VALUES (?, …)`, deferred like `defer`."""
+        if not rows:
+            return
+        if not self._multi:
+            await self.raw_many(sql, rows)
+            return
+        head, _, template = sql.partition(" VALUES ")
+        template = self._sql(template)
+        if self._escaper is None:
+            self._escaper = self._driver.cursor()
+        mog = self._escaper.mogrify
+        self._deferred.append(f"{head} VALUES " + ",".join(mog(template, tuple(r)) for r in rows))
+
+    async def _run_mysql(self, statements: list[str]) -> list[tuple[int, list[dict[str, Any]]]]:
+        """Send the deferred writes plus `statements` in one round trip; per statement
+        of `statements`, its row count and rows (the deferred writes' results are skipped)."""
+        d = await self._driver_conn()
+        skip = len(self._deferred)
+        text = ";\n".join([*self._deferred, *statements])
+        self._deferred = []
+        out: list[tuple[int, list[dict[str, Any]]]] = []
+        async with d.cursor() as cur:
+            await cur.execute(text)
+            i = 0
+            while True:
+                if i >= skip:
+                    rows: list[dict[str, Any]] = []
+                    if cur.description:
+                        names = [c[0] for c in cur.description]
+                        rows = [dict(zip(names, r)) for r in await cur.fetchall()]
+                    out.append((cur.rowcount, rows))
+                i += 1
+                if not await cur.nextset():
+                    break
+            # The driver keeps the first statement's status flags; the pool would take the
+            # stale "in transaction" bit for an unfinished transaction and drop the connection.
+            status = getattr(cur._result, "server_status", None)
+            if status is not None:
+                d.server_status = status
+        return out
+
+    async def commit_deferred(self) -> bool:
+        """Send the deferred writes together with COMMIT; False when there were none."""
+        if not self._deferred:
+            return False
+        await self._run_mysql(["COMMIT"])
+        return True
+
+    async def raw_rows_multi(self, statements: list[tuple[str, Any]], *,
+                             datetimes: tuple[str, ...] = ()) -> list[list[dict[str, Any]]]:
+        """Several independent raw SELECTs in one round trip where the connection allows it."""
+        if self._multi:
+            results = await self._run_mysql([self._mogrify(sql, params) for sql, params in statements])
+            return [rows for _, rows in results]
+        return [await self.raw_rows(sql, params, datetimes=datetimes) for sql, params in statements]
+
     async def raw(self, sql: str, params: Any = ()) -> int:
         """Execute one raw statement; return the affected row count."""
+        if self._deferred:
+            return (await self._run_mysql([self._mogrify(sql, params)]))[-1][0]
         d = await self._driver_conn()
         if self.dialect == "mysql":
             async with d.cursor() as cur:
@@ -188,6 +265,10 @@ class Tx:
         """Execute a raw INSERT for many rows (one multi-row statement on MySQL)."""
         if not rows:
             return
+        if self._deferred:
+            await self.defer_many(sql, rows)
+            await self._run_mysql([])
+            return
         d = await self._driver_conn()
         if self.dialect == "mysql":
             async with d.cursor() as cur:
@@ -197,6 +278,8 @@ class Tx:
 
     async def raw_rows(self, sql: str, params: Any = (), *, datetimes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         """Rows as dicts; `datetimes` names the columns SQLite returns as text."""
+        if self._deferred:
+            return (await self._run_mysql([self._mogrify(sql, params)]))[-1][1]
         d = await self._driver_conn()
         if self.dialect == "mysql":
             async with d.cursor() as cur:
@@ -337,9 +420,11 @@ class Database:
             try:
                 await self._prepare_driver_conn(conn)
                 # No BEGIN round trip: with autocommit off the first statement opens the transaction.
-                result = await fn(Tx(None, self.dialect, _driver=conn))  # type: ignore[arg-type]
+                tx = Tx(None, self.dialect, _driver=conn, _multi=True)  # type: ignore[arg-type]
+                result = await fn(tx)
                 state["committing"] = True
-                await conn.commit()
+                if not await tx.commit_deferred():
+                    await conn.commit()
                 return result
             except BaseException:
                 try:
@@ -376,9 +461,14 @@ class Database:
             async with self._pool_lock:
                 if key not in self._pools:
                     import asyncmy
+                    from asyncmy.constants import CLIENT
 
                     u = make_url(self.url)
+                    # Multi-statements let a transaction's writes travel in one round trip
+                    # (Tx.defer); every statement is built from `?` placeholders, never from input.
+                    flags = 0 if autocommit else CLIENT.MULTI_STATEMENTS
                     self._pools[key] = await asyncmy.create_pool(
+                        client_flag=flags,
                         host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
                         password=u.password or "", db=u.database, charset="utf8mb4", autocommit=autocommit,
                         minsize=1, maxsize=self._pool_size * 2, pool_recycle=1800,

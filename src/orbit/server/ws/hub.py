@@ -99,6 +99,65 @@ class GroupCommitter(Generic[C]):
             self._slots.release()
 
 
+class KeyedBatcher(Generic[C]):
+    """Serve commands per key (a queue) one transaction at a time, each taking all that waited.
+
+    Commands of one key meet on the same hot row anyway, so running them one
+    transaction after another costs nothing, and whatever arrived while one was
+    in flight goes into the next. No task lives for an idle key.
+    """
+
+    def __init__(self, name: str, run: Callable[[list[C]], Awaitable[list[dict[str, Any]]]], *,
+                 max_batch: int = 64) -> None:
+        self.name = name
+        self._run = run
+        self._max_batch = max_batch
+        self._pending: dict[str, list[tuple[C, asyncio.Future]]] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def submit(self, key: str, command: C) -> dict[str, Any]:
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        queue = self._pending.get(key)
+        if queue is None:
+            self._pending[key] = [(command, fut)]
+            task = asyncio.create_task(self._serve(key), name=f"batch-{self.name}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            queue.append((command, fut))
+        return await fut
+
+    async def _serve(self, key: str) -> None:
+        queue = self._pending[key]
+        batch: list[tuple[C, asyncio.Future]] = []
+        try:
+            while queue:
+                batch, queue[:] = queue[: self._max_batch], queue[self._max_batch :]
+                try:
+                    replies = await self._run([c for c, _ in batch])
+                except Exception as exc:
+                    log.warning("batch_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (_, fut), reply in zip(batch, replies):
+                    if not fut.done():
+                        fut.set_result(reply)
+        finally:
+            del self._pending[key]
+            for _, fut in batch + queue:
+                if not fut.done():
+                    fut.cancel()
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+
 class Notifier:
     """Wakes long polls on this node when a queue may have work or free capacity."""
 
@@ -134,6 +193,8 @@ class WorkerHub:
         self.starts = GroupCommitter("start", lambda cmds: dispatch.start(db, cmds))
         self.renews = GroupCommitter("renew", lambda cmds: dispatch.renew(db, cmds))
         self.completes = GroupCommitter("complete", lambda cmds: dispatch.complete(db, cmds))
+        self.claims: KeyedBatcher[dispatch.ClaimCommand] = KeyedBatcher(
+            "claim", lambda cmds: dispatch.claim_many(db, cmds))
 
     def start(self) -> None:
         for gc in (self.starts, self.renews, self.completes):
@@ -149,6 +210,7 @@ class WorkerHub:
                 await t
         for gc in (self.starts, self.renews, self.completes):
             await gc.stop()
+        await self.claims.stop()
 
     def register(self, session: WorkerSession) -> None:
         self.sessions[session.session_id] = session

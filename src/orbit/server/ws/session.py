@@ -206,8 +206,8 @@ class WorkerSession:
         while True:
             if self.hub.draining or self._closed:
                 return dispatch.ok(tasks=[])
-            reply = await dispatch.claim(self.hub.db, self.identity, queue_id, max_tasks=max_tasks,
-                                         lease_ms=lease_ms, msg_id=msg_id)
+            reply = await self.hub.claims.submit(
+                queue_id, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
             if not reply["ok"] or reply["tasks"]:
                 return reply
             remaining = deadline - time.monotonic()
