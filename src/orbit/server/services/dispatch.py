@@ -104,6 +104,11 @@ async def missing_queues(db: Database, namespace_id: str, queue_ids: list[str]) 
 # ------------------------------------------------------------------ claim
 
 
+class _Contended(Exception):
+    """The usage row moved between the unlocked plan and the lock in a way the plan did not allow."""
+
+
+
 @dataclass(frozen=True)
 class ClaimCommand:
     who: WorkerIdentity
@@ -125,63 +130,82 @@ _CONTROLS = ("SELECT namespace_id, paused, retired_at, max_concurrency, rate_per
              "WHERE id = ?")
 
 
-async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[str, Any]]:
-    """Claims of one queue, in one transaction: the usage row is locked once for all of them.
+_USAGE = ("SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved, {now} AS db_now "
+          "FROM queue_usage WHERE queue_id = ?")
 
-    Claims of a queue take turns on its usage row whatever happens, so a node
-    gathers the claims its sessions sent meanwhile and serves them together:
-    one grant, one candidate read, one round of writes, shared in arrival order.
+
+async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[str, Any]]:
+    """Claims of one queue, in one transaction.
+
+    A node gathers the claims its sessions sent meanwhile and serves them
+    together: one grant, one candidate read, one round of writes, shared in
+    arrival order. Like a Start, a claim locks the queue's usage row *last*: the
+    grant is planned on an unlocked read, the chosen tasks are locked with SKIP
+    LOCKED (so claims on several nodes never take the same task nor wait on each
+    other) and written, and only then is the usage row locked and the grant
+    re-checked. If it no longer fits, everything is rolled back and the claim runs
+    again with the usage row locked first.
     """
     queue_id = commands[0].queue_id
     assert all(c.queue_id == queue_id for c in commands)
-
-    async def body(tx: Tx) -> list[dict[str, Any]]:
-        replies: list[dict[str, Any] | None] = [None] * len(commands)
-        keys = [(c.who.principal.credential_id, c.msg_id) for c in commands]
-        prior = await tx.raw_rows(
-            "SELECT credential_id, msg_id, response FROM worker_claims WHERE "
-            + " OR ".join("(credential_id = ? AND msg_id = ?)" for _ in keys),
-            [v for k in keys for v in k],
-        )
-        stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
-        for i, k in enumerate(keys):
-            if k in stored:
-                granted = orjson.loads(stored[k])
-                await _rehydrate_payloads(tx, granted)
-                replies[i] = ok(tasks=granted)
-        q = await tx.raw_rows(_CONTROLS, (queue_id,))
-        live = []
-        for i, c in enumerate(commands):
-            if replies[i] is not None:
-                continue
-            if not q or q[0]["namespace_id"] != c.who.principal.namespace_id:
-                replies[i] = fail("NOT_FOUND", "queue not found")
-            elif q[0]["retired_at"] is not None:
-                replies[i] = fail("STATE_CONFLICT", "the queue is retired")
-            elif q[0]["paused"]:
-                replies[i] = ok(tasks=[])
-            else:
-                live.append(i)
-        if live:
-            await _grant(tx, queue_id, [commands[i] for i in live], [replies, live])
-        return [r if r is not None else ok(tasks=[]) for r in replies]
-
-    return await db.fast_transaction(body)
+    try:
+        return await db.fast_transaction(lambda tx: _claim_body(tx, commands, optimistic=True))
+    except _Contended:
+        return await db.fast_transaction(lambda tx: _claim_body(tx, commands, optimistic=False))
 
 
-async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], out: list[Any]) -> None:
-    replies, slots = out
-    (usage,) = await tx.raw_rows(
-        f"SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved{tx.now_column} "
-        f"FROM queue_usage WHERE queue_id = ?{tx.for_update}", (queue_id,), datetimes=("rate_window_start",),
-    )
-    tx.take_now(usage)
+async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[dict[str, Any]]:
+    queue_id = commands[0].queue_id
+    replies: list[dict[str, Any] | None] = [None] * len(commands)
+    keys = [(c.who.principal.credential_id, c.msg_id) for c in commands]
+    reads = [
+        ("SELECT credential_id, msg_id, response FROM worker_claims WHERE "
+         + " OR ".join("(credential_id = ? AND msg_id = ?)" for _ in keys), [v for k in keys for v in k]),
+        (_CONTROLS, (queue_id,)),
+    ]
+    if optimistic:
+        reads.append((_USAGE.format(now=tx.now_sql), (queue_id,)))
+    prior, q, *snapshot = await tx.raw_rows_multi(reads, datetimes=("rate_window_start", "db_now"))
+    stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
+    for i, k in enumerate(keys):
+        if k in stored:
+            granted = orjson.loads(stored[k])
+            await _rehydrate_payloads(tx, granted)
+            replies[i] = ok(tasks=granted)
+    live = []
+    for i, c in enumerate(commands):
+        if replies[i] is not None:
+            continue
+        if not q or q[0]["namespace_id"] != c.who.principal.namespace_id:
+            replies[i] = fail("NOT_FOUND", "queue not found")
+        elif q[0]["retired_at"] is not None:
+            replies[i] = fail("STATE_CONFLICT", "the queue is retired")
+        elif q[0]["paused"]:
+            replies[i] = ok(tasks=[])
+        else:
+            live.append(i)
+    if live:
+        usage = snapshot[0][0] if snapshot and snapshot[0] else None
+        await _grant(tx, queue_id, [commands[i] for i in live], replies, live, q[0], usage)
+    return [r if r is not None else ok(tasks=[]) for r in replies]
+
+
+async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any], slots: list[int],
+                 q: dict[str, Any], snapshot: dict[str, Any] | None) -> None:
+    """Lease due tasks to `commands`; `snapshot` is an unlocked usage read (plan first, lock last),
+    None to lock the usage row first."""
+    if snapshot is None:
+        (usage,) = await tx.raw_rows(_USAGE.format(now=tx.now_sql) + tx.for_update, (queue_id,),
+                                     datetimes=("rate_window_start", "db_now"))
+        # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
+        (q,) = await tx.raw_rows(_CONTROLS, (queue_id,))
+        if q["paused"]:
+            return
+    else:
+        usage = snapshot
+    tx.set_now(usage["db_now"])
     now = await tx.now()
     window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
-    # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
-    (q,) = await tx.raw_rows(_CONTROLS, (queue_id,))
-    if q["paused"]:
-        return
     grant = min(
         sum(c.max_tasks for c in commands),
         int(q["max_concurrency"]) - int(usage["permits_in_use"]),
@@ -189,28 +213,33 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], out: list[
     )
     if grant <= 0:
         return
-    candidates = await tx.raw_rows(
-        "SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
-        "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? "
-        "ORDER BY priority DESC, available_at, id LIMIT ?",
-        (queue_id, now, grant), datetimes=TASK_TIMES,
-    )
-    if not candidates:
-        return
-    # Claims of a queue already take turns on its usage row, so candidates come from a plain
-    # indexed read (SKIP LOCKED's scan over delete-marked entries costs far more) and the
-    # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
-    ids = [t["id"] for t in candidates]
-    taken = await tx.raw(
-        f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) AND state = 'WAITING'",
-        (now, *ids),
-    )
-    if taken != len(ids):
-        leased = {r["id"] for r in await tx.raw_rows(
-            f"SELECT id FROM tasks WHERE id IN ({placeholders(len(ids))}) AND state = 'LEASED'", ids)}
-        candidates = [t for t in candidates if t["id"] in leased]
+    pick = ("SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
+            "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? "
+            "ORDER BY priority DESC, available_at, id LIMIT ?")
+    if snapshot is not None:
+        # Claims on other nodes run at the same time: each locks its own candidates.
+        candidates = await tx.raw_rows(pick + tx.skip_locked, (queue_id, now, grant), datetimes=TASK_TIMES)
         if not candidates:
             return
+        await tx.defer(f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN "
+                       f"({placeholders(len(candidates))})", (now, *(t["id"] for t in candidates)))
+    else:
+        # The usage row is held: claims take turns, so a plain indexed read is enough, and the
+        # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
+        candidates = await tx.raw_rows(pick, (queue_id, now, grant), datetimes=TASK_TIMES)
+        if not candidates:
+            return
+        ids = [t["id"] for t in candidates]
+        taken = await tx.raw(
+            f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) "
+            "AND state = 'WAITING'", (now, *ids),
+        )
+        if taken != len(ids):
+            leased = {r["id"] for r in await tx.raw_rows(
+                f"SELECT id FROM tasks WHERE id IN ({placeholders(len(ids))}) AND state = 'LEASED'", ids)}
+            candidates = [t for t in candidates if t["id"] in leased]
+            if not candidates:
+                return
     lease_rows = []
     events = []
     receipts = []
@@ -251,6 +280,18 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], out: list[
         if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
             raise RetryTransaction() from exc
         raise
+    if snapshot is not None:
+        locked, (q,) = await tx.raw_rows_multi(
+            [(_USAGE.format(now="NULL") + tx.for_update, (queue_id,)), (_CONTROLS, (queue_id,))],
+            datetimes=("rate_window_start",),
+        )
+        usage = locked[0]
+        window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
+        n = len(lease_rows)
+        if (q["paused"] or (window.start is not None and window.start > now)
+                or int(usage["permits_in_use"]) + n > int(q["max_concurrency"])
+                or claim_room(window, int(q["rate_per_second"]), now) < n):
+            raise _Contended()
     await changes.apply(tx)
 
 
@@ -369,10 +410,6 @@ class StartCommand:
     credential_id: str
     msg_id: str
     lease_id: str
-
-
-class _Contended(Exception):
-    """The rate window moved between the snapshot and the lock in a way the plan did not allow."""
 
 
 async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, Any]]:

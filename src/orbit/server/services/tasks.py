@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from ...models import CancelTaskRequest, ReviewTaskRequest, SubmitTaskItem, SubmitTaskRequest
 from ..core import states
 from ..core.admission import TimeRuleError, resolve_times
+from ..core.deadlines import next_sweep, sweep_action
 from ..core.ids import is_id, new_id
 from ..core.timefmt import format_ts, parse_rfc3339
 from ..errors import (
@@ -198,6 +199,7 @@ def _new_task_row(
         "deadline_at": times.deadline_at,
         "cancel_requested": False,
         "cancel_reason": None,
+        "sweep_at": next_sweep(states.WAITING, 0, times.deadline_at, times.start_deadline_at, False),
         "result": None,
         "error": None,
         "created_at": now,
@@ -634,7 +636,9 @@ async def review_task(
         if req.resolution == "RETRY":
             if int(row["attempts"]) >= int(row["max_attempts"]):
                 raise state_conflict("no attempts are left in the task's budget", attempts=int(row["attempts"]))
-            changes = {"state": states.WAITING, "available_at": now, "updated_at": now}
+            changes = {"state": states.WAITING, "available_at": now, "updated_at": now,
+                       "sweep_at": next_sweep(states.WAITING, int(row["attempts"]), row["deadline_at"],
+                                              row["start_deadline_at"], False)}
             return TaskChange(changes, "task.reviewed", {"resolution": req.resolution}, audit_extra=audit)
         changes = {"state": req.resolution, "updated_at": now, "finished_at": now}
         if req.resolution == states.FAILED:
@@ -651,65 +655,62 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
     start deadline end FAILED (slot, permit and reservation released in the same
     transaction); running tasks past the total deadline get a cancel request.
 
-    Every node runs this; `SKIP LOCKED` divides the rows between them.
+    Work is found through `sweep_at` alone (`core/deadlines.py`), which the sweep
+    moves on as it goes. Every node runs this; `SKIP LOCKED` divides the rows.
     """
 
     async def body(tx: Tx) -> int:
         now = await tx.now()
-        cols = (tasks.c.id, tasks.c.namespace_id, tasks.c.queue_id, tasks.c.application_id,
-                tasks.c.deadline_at, tasks.c.start_deadline_at, tasks.c.state)
-        found: dict[str, Any] = {}
-        for col in (tasks.c.deadline_at, tasks.c.start_deadline_at):
-            rows = await tx.all(
-                select(*cols).where(tasks.c.state.in_((states.WAITING, states.LEASED)), col <= now)
-                .order_by(col).limit(batch).with_for_update(skip_locked=True)
-            )
-            for r in rows:
-                found[r["id"]] = r
-        running = await tx.all(
-            select(*cols).where(tasks.c.state == states.RUNNING, tasks.c.deadline_at <= now,
-                                tasks.c.cancel_requested.is_(False))
-            .limit(batch).with_for_update(skip_locked=True)
+        due = await tx.all(
+            select(tasks.c.id, tasks.c.namespace_id, tasks.c.queue_id, tasks.c.application_id, tasks.c.state,
+                   tasks.c.attempts, tasks.c.deadline_at, tasks.c.start_deadline_at, tasks.c.cancel_requested)
+            .where(tasks.c.sweep_at <= now).order_by(tasks.c.sweep_at).limit(batch)
+            .with_for_update(skip_locked=True)
         )
-        if not found and not running:
+        if not due:
             return 0
+        actions = {r["id"]: sweep_action(r["state"], int(r["attempts"]), r["deadline_at"], r["start_deadline_at"],
+                                         bool(r["cancel_requested"]), now) for r in due}
         live = {}
-        leased_ids = sorted([r["id"] for r in found.values() if r["state"] == states.LEASED] + [r["id"] for r in running])
-        if leased_ids:
+        with_lease = sorted(r["id"] for r in due if r["state"] in (states.LEASED, states.RUNNING)
+                            and actions[r["id"]].kind != "reschedule")
+        if with_lease:
             for lease in await tx.all(
-                select(leases).where(leases.c.task_id.in_(leased_ids),
+                select(leases).where(leases.c.task_id.in_(with_lease),
                                      leases.c.state.in_((states.LEASED, states.RUNNING)))
                 .order_by(leases.c.id).with_for_update()
             ):
                 live[lease["task_id"]] = lease
         usage = UsageChanges()
         events = []
-        for r in found.values():
-            dl, sdl = r["deadline_at"], r["start_deadline_at"]
-            total_first = dl is not None and dl <= now and (sdl is None or sdl > now or dl <= sdl)
-            code = "DEADLINE_EXCEEDED" if total_first else "START_DEADLINE_EXCEEDED"
-            message = "the total deadline passed" if total_first else "the start deadline passed before any start"
-            error = {"code": code, "message": message}
-            await tx.execute(
-                update(tasks).where(tasks.c.id == r["id"])
-                .values(state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now)
-            )
-            usage.add(r["queue_id"], r["application_id"], unfinished=-1)
+        acted = 0
+        for r in due:
+            action = actions[r["id"]]
             lease = live.get(r["id"])
-            if lease is not None:
-                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
-                    state="ENDED", ended_at=now, outcome=code, reserved=False, push_pending=True))
-                usage.add(r["queue_id"], r["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
-            events.append(_event({**dict(r), "state": states.FAILED}, "task.failed", error=error))
-        for r in running:
-            await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(
-                cancel_requested=True, cancel_reason="the total deadline passed", updated_at=now))
-            lease = live.get(r["id"])
-            if lease is not None:
-                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
-            events.append(_event(r, "task.cancel_requested", reason="the total deadline passed"))
+            if action.kind == "fail":
+                acted += 1
+                error = {"code": action.code, "message": action.message}
+                await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(
+                    state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now,
+                    sweep_at=None))
+                usage.add(r["queue_id"], r["application_id"], unfinished=-1)
+                if lease is not None:
+                    await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
+                        state="ENDED", ended_at=now, outcome=action.code, reserved=False, push_pending=True))
+                    usage.add(r["queue_id"], r["application_id"], permits=-1,
+                              reserved=-1 if lease["reserved"] else 0)
+                events.append(_event({**dict(r), "state": states.FAILED}, "task.failed", error=error))
+            elif action.kind == "cancel":
+                acted += 1
+                await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(
+                    cancel_requested=True, cancel_reason=action.message, updated_at=now, sweep_at=None))
+                if lease is not None:
+                    await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
+                events.append(_event(r, "task.cancel_requested", reason=action.message))
+            else:
+                await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(sweep_at=action.next_sweep_at))
         await usage.apply(tx)
         await emit_many(tx, events)
-        return len(found) + len(running)
+        return acted
 
     return await db.transaction(body)

@@ -151,6 +151,18 @@ class Tx:
         """`, NOW(6) AS db_now` to read the clock in the same round trip as a raw SELECT (MySQL)."""
         return ", NOW(6) AS db_now" if self.dialect == "mysql" and self._now is None else ""
 
+    @property
+    def now_sql(self) -> str:
+        """An SQL expression for the clock, to select along with a raw read (see `set_now`)."""
+        return "NOW(6)" if self.dialect == "mysql" else "NULL"
+
+    def set_now(self, value: datetime | None) -> None:
+        """Adopt a clock reading selected with `now_sql` (ignored where it is NULL)."""
+        if self._now is None:
+            self._now = value
+        if self._now is None:
+            self._now = datetime.now(timezone.utc).replace(tzinfo=None)
+
     def take_now(self, row: dict[str, Any] | None) -> None:
         if row is not None and "db_now" in row and self._now is None:
             self._now = row.pop("db_now")

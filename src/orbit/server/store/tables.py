@@ -164,10 +164,10 @@ tasks = Table(
     Column("created_at", Ts, nullable=False),
     Column("updated_at", Ts, nullable=False),
     Column("finished_at", Ts, nullable=True),
+    Column("sweep_at", Ts, nullable=True),
     Index("ix_tasks_queue_id", "queue_id", "id"),
     Index("ix_tasks_queue_state", "queue_id", "state", "id"),
-    Index("ix_tasks_state_deadline", "state", "deadline_at"),
-    Index("ix_tasks_state_start_deadline", "state", "start_deadline_at"),
+    Index("ix_tasks_sweep_at", "sweep_at"),
     Index("ix_tasks_schedule_id", "schedule_id", "id"),
 )
 
