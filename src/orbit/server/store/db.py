@@ -118,6 +118,11 @@ def placeholders(n: int) -> str:
     return ", ".join("?" * n)
 
 
+# What the driver escapes inside a quoted string (without NO_BACKSLASH_ESCAPES), as PyMySQL does.
+_MYSQL_ESCAPES = str.maketrans({"\0": "\\0", "\n": "\\n", "\r": "\\r", "\032": "\\Z", "'": "\\'",
+                                '"': '\\"', "\\": "\\\\"})
+
+
 def _sqlite_param(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.strftime(_SQLITE_TS)
@@ -190,10 +195,28 @@ class Tx:
             converted = _MYSQL_SQL[sql] = sql.replace("?", "%s")
         return converted
 
-    def _mogrify(self, sql: str, params: Any) -> str:
+    def _literal(self, value: Any) -> str:
+        """An SQL literal, as the driver would escape it; the common types without its
+        per-value dispatch (escaping was the largest CPU cost of a grouped write)."""
+        t = type(value)
+        if t is str:
+            return "'" + value.translate(_MYSQL_ESCAPES) + "'"
+        if t is int:
+            return str(value)
+        if value is None:
+            return "NULL"
+        if t is bool:
+            return "1" if value else "0"
+        if t is datetime:
+            return "'" + value.isoformat(" ") + "'"
         if self._escaper is None:
             self._escaper = self._driver.cursor()
-        return self._escaper.mogrify(self._sql(sql), tuple(params)) if params else self._sql(sql)
+        return self._escaper.mogrify("%s", (value,))
+
+    def _mogrify(self, sql: str, params: Any) -> str:
+        if not params:
+            return self._sql(sql)
+        return self._sql(sql) % tuple(map(self._literal, params))
 
     async def defer(self, sql: str, params: Any = ()) -> None:
         """A write whose row count is not needed: sent with the next statement or the commit."""
@@ -209,12 +232,9 @@ class Tx:
         if not self._multi:
             await self.raw_many(sql, rows)
             return
-        head, _, template = sql.partition(" VALUES ")
-        template = self._sql(template)
-        if self._escaper is None:
-            self._escaper = self._driver.cursor()
-        mog = self._escaper.mogrify
-        self._deferred.append(f"{head} VALUES " + ",".join(mog(template, tuple(r)) for r in rows))
+        head = sql.partition(" VALUES ")[0]
+        lit = self._literal
+        self._deferred.append(f"{head} VALUES " + ",".join("(" + ",".join(map(lit, r)) + ")" for r in rows))
 
     async def _run_mysql(self, statements: list[str]) -> list[tuple[int, list[dict[str, Any]]]]:
         """Send the deferred writes plus `statements` in one round trip; per statement
