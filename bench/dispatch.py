@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._harness import environment, percentile  # noqa: E402
-from bench._worker import run_session  # noqa: E402
+from bench._worker import run_loop, run_session  # noqa: E402
 
 
 def _worker_process(urls, token, queue_id, sessions, seconds, result_q) -> None:
@@ -39,7 +39,7 @@ def _worker_process(urls, token, queue_id, sessions, seconds, result_q) -> None:
         await asyncio.wait(tasks, timeout=5)
         result_q.put(counter[0])
 
-    asyncio.run(main())
+    run_loop(main())
 
 
 async def preload(url: str, token: str, queue_id: str, total: int) -> float:
