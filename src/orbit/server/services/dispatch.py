@@ -11,6 +11,7 @@ Replies are plain dicts: ``{"ok": True, ...}`` or ``{"ok": False, "error": {...}
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -314,6 +315,7 @@ class _Locked:
 
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    also: list[list[dict[str, Any]]] = field(default_factory=list)
 
 
 TASK_COLS = ("id, namespace_id, application_id, queue_id, state, priority, attempts, max_attempts, retry_policy, "
@@ -325,24 +327,32 @@ LEASE_COLS = ("id, task_id, queue_id, application_id, namespace_id, credential_i
 LEASE_TIMES = ("leased_at", "expires_at", "started_at")
 
 
-async def _lock_for_leases(tx: Tx, lease_ids: list[str]) -> _Locked:
+async def _lock_for_leases(
+    tx: Tx, lease_ids: list[str], also: Callable[[list[str]], list[tuple[str, Any]]] | None = None
+) -> _Locked:
+    """Lock the leases' task rows, then the lease rows (the global order), in one round trip
+    after the id lookup; `also` adds reads about the leases' queues to that round trip."""
     ids = sorted(set(lease_ids))
-    found = await tx.raw_rows(f"SELECT id, task_id FROM leases WHERE id IN ({placeholders(len(ids))})", ids)
-    task_ids = sorted({r["task_id"] for r in found})
+    found = await tx.raw_rows(
+        f"SELECT id, task_id, queue_id{tx.now_column} FROM leases WHERE id IN ({placeholders(len(ids))})", ids)
     locked = _Locked()
-    if not task_ids:
+    if not found:
         return locked
-    for r in await tx.raw_rows(
-        f"SELECT {TASK_COLS} FROM tasks WHERE id IN ({placeholders(len(task_ids))}) ORDER BY id{tx.for_update}",
-        task_ids, datetimes=TASK_TIMES,
-    ):
-        locked.tasks[r["id"]] = r
+    tx.take_now(found[0])
+    task_ids = sorted({r["task_id"] for r in found})
     lease_ids_found = sorted(r["id"] for r in found)
-    for r in await tx.raw_rows(
-        f"SELECT {LEASE_COLS} FROM leases WHERE id IN ({placeholders(len(lease_ids_found))}) ORDER BY id{tx.for_update}",
-        lease_ids_found, datetimes=LEASE_TIMES,
-    ):
-        locked.leases[r["id"]] = r
+    reads: list[tuple[str, Any]] = [
+        (f"SELECT {TASK_COLS} FROM tasks WHERE id IN ({placeholders(len(task_ids))}) ORDER BY id{tx.for_update}",
+         task_ids),
+        (f"SELECT {LEASE_COLS} FROM leases WHERE id IN ({placeholders(len(lease_ids_found))}) "
+         f"ORDER BY id{tx.for_update}", lease_ids_found),
+    ]
+    if also is not None:
+        reads += also(sorted({r["queue_id"] for r in found}))
+    task_rows, lease_rows, *locked.also = await tx.raw_rows_multi(
+        reads, datetimes=(*TASK_TIMES, *LEASE_TIMES, "rate_window_start"))
+    locked.tasks = {r["id"]: r for r in task_rows}
+    locked.leases = {r["id"]: r for r in lease_rows}
     return locked
 
 
@@ -429,16 +439,21 @@ async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, An
         return await db.fast_transaction(lambda tx: _start_body(tx, commands, optimistic=False))
 
 
+def _windows_sql(queue_ids: list[str], lock: str = "") -> tuple[str, Any]:
+    return ("SELECT queue_id, rate_window_start, rate_window_used, rate_reserved FROM queue_usage "
+            f"WHERE queue_id IN ({placeholders(len(queue_ids))}) ORDER BY queue_id{lock}", queue_ids)
+
+
+def _as_windows(rows: list[dict[str, Any]]) -> dict[str, RateWindow]:
+    return {r["queue_id"]: RateWindow(r["rate_window_start"], int(r["rate_window_used"]), int(r["rate_reserved"]))
+            for r in rows}
+
+
 async def _read_windows(tx: Tx, queue_ids: list[str], *, lock: bool) -> dict[str, RateWindow]:
     if not queue_ids:
         return {}
-    rows = await tx.raw_rows(
-        "SELECT queue_id, rate_window_start, rate_window_used, rate_reserved FROM queue_usage "
-        f"WHERE queue_id IN ({placeholders(len(queue_ids))}) ORDER BY queue_id{tx.for_update if lock else ''}",
-        queue_ids, datetimes=("rate_window_start",),
-    )
-    return {r["queue_id"]: RateWindow(r["rate_window_start"], int(r["rate_window_used"]), int(r["rate_reserved"]))
-            for r in rows}
+    sql, params = _windows_sql(queue_ids, tx.for_update if lock else "")
+    return _as_windows(await tx.raw_rows(sql, params, datetimes=("rate_window_start",)))
 
 
 @dataclass
@@ -529,13 +544,19 @@ def _recount(window: RateWindow, rate: int, now: datetime, reserved: list[bool])
 
 
 async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool) -> list[dict[str, Any]]:
-    locked = await _lock_for_leases(tx, [c.lease_id for c in commands])
+    def queue_reads(queue_ids: list[str]) -> list[tuple[str, Any]]:
+        return [_windows_sql(queue_ids, "" if optimistic else tx.for_update),
+                (f"SELECT id, paused, rate_per_second FROM queues WHERE id IN ({placeholders(len(queue_ids))})",
+                 queue_ids)]
+
+    locked = await _lock_for_leases(tx, [c.lease_id for c in commands], queue_reads)
     queue_ids = sorted({locked.leases[c.lease_id]["queue_id"] for c in commands if c.lease_id in locked.leases})
-    windows = await _read_windows(tx, queue_ids, lock=not optimistic)
-    controls = {r["id"]: r for r in await tx.raw_rows(
-        f"SELECT id, paused, rate_per_second FROM queues WHERE id IN ({placeholders(len(queue_ids))})", queue_ids,
-    )} if queue_ids else {}
-    now = await tx.now()
+    windows, controls = {}, {}
+    if locked.also:
+        windows = _as_windows(locked.also[0])
+        controls = {r["id"]: r for r in locked.also[1]}
+    # Locked first, the clock must be read after the lock; planning on a snapshot, the first read's clock will do.
+    now = await (tx.now() if optimistic else tx.refresh_now())
     plan = _plan_starts(commands, locked, controls, windows, now)
     if not optimistic:
         await plan.writes.flush(tx)

@@ -154,18 +154,6 @@ class Admission:
     error: ApiError | None = None
 
 
-async def _load_records(tx: Tx, namespace_id: str, keys: list[str]) -> dict[str, Any]:
-    if not keys:
-        return {}
-    unique = sorted(set(keys))
-    rows = await tx.raw_rows(
-        "SELECT idem_key, digest, response FROM idempotency_records WHERE namespace_id = ? AND operation = ? "
-        f"AND idem_key IN ({placeholders(len(unique))})",
-        (namespace_id, OP_SUBMIT, *unique),
-    )
-    return {r["idem_key"]: r for r in rows}
-
-
 def _new_task_row(
     principal: Principal, queue_id: str, req: SubmitTaskRequest, now: datetime, payload_text: str
 ) -> dict[str, Any]:
@@ -216,18 +204,27 @@ async def check_resource_keys(tx: Tx, namespace_id: str, names: list[str]) -> No
         raise invalid_argument(f"resource_keys: unknown resource key {names[0]!r}", "resource_keys")
 
 
-async def _lock_queue_for_admission(tx: Tx, principal: Principal, queue_id: str) -> Any:
-    """Share-lock the queue row: configure and retire (which take it exclusively) wait for us."""
+async def _read_for_admission(tx: Tx, principal: Principal, queue_id: str, keys: list[str]) -> tuple[Any, dict[str, Any]]:
+    """Share-lock the queue row (configure and retire, which take it exclusively, wait for us)
+    and read the submit receipts of `keys`, in one round trip."""
     share = " LOCK IN SHARE MODE" if tx.is_mysql else ""
-    rows = await tx.raw_rows(
+    reads: list[tuple[str, Any]] = [(
         f"SELECT id, retired_at, max_unfinished_tasks{tx.now_column} FROM queues "
         f"WHERE id = ? AND namespace_id = ?{share}",
         (queue_id, principal.namespace_id),
-    )
+    )]
+    unique = sorted(set(keys))
+    if unique:
+        reads.append((
+            "SELECT idem_key, digest, response FROM idempotency_records WHERE namespace_id = ? AND operation = ? "
+            f"AND idem_key IN ({placeholders(len(unique))})",
+            (principal.namespace_id, OP_SUBMIT, *unique),
+        ))
+    rows, *records = await tx.raw_rows_multi(reads)
     if not rows:
         raise not_found("queue")
     tx.take_now(rows[0])
-    return rows[0]
+    return rows[0], {r["idem_key"]: r for r in (records[0] if records else [])}
 
 
 @dataclass
@@ -242,9 +239,9 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
 
     Lock order: queue row (shared), then queue_usage, then application_usage.
     """
-    queue = await _lock_queue_for_admission(tx, principal, queue_id)
+    queue, records = await _read_for_admission(tx, principal, queue_id,
+                                               [c.key for c in commands if c.req is not None])
     now = await tx.now()
-    records = await _load_records(tx, principal.namespace_id, [c.key for c in commands if c.req is not None])
 
     results: list[Admission | None] = [None] * len(commands)
     replays: list[dict[str, Any]] = []
@@ -311,18 +308,15 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
 
 async def _take_one_slot(tx: Tx, principal: Principal, queue_id: str) -> None:
     """Single submit: one conditional UPDATE per usage row checks the limit and takes the slot."""
-    taken = await tx.raw(
-        "UPDATE queue_usage SET unfinished = unfinished + 1 WHERE queue_id = ? "
-        "AND unfinished < (SELECT max_unfinished_tasks FROM queues WHERE id = ?)",
-        (queue_id, queue_id),
-    )
+    taken, app_taken = await tx.raw_counts([
+        ("UPDATE queue_usage SET unfinished = unfinished + 1 WHERE queue_id = ? "
+         "AND unfinished < (SELECT max_unfinished_tasks FROM queues WHERE id = ?)", (queue_id, queue_id)),
+        ("UPDATE application_usage SET unfinished = unfinished + 1 WHERE application_id = ? "
+         "AND unfinished < (SELECT max_unfinished_tasks FROM applications WHERE id = ?)",
+         (principal.application_id, principal.application_id)),
+    ])
     if taken != 1:
-        raise queue_full()
-    app_taken = await tx.raw(
-        "UPDATE application_usage SET unfinished = unfinished + 1 WHERE application_id = ? "
-        "AND unfinished < (SELECT max_unfinished_tasks FROM applications WHERE id = ?)",
-        (principal.application_id, principal.application_id),
-    )
+        raise queue_full()  # the raised error rolls back the application slot taken beside it
     if app_taken != 1:
         raise application_full()
 
@@ -378,7 +372,7 @@ async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candida
             raise RetryTransaction() from exc
         raise
     cols = list(accepted[0].row)
-    await tx.raw_many(
+    await tx.defer_many(
         f"INSERT INTO tasks ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
         [[c.row[col] for col in cols] for c in accepted],
     )

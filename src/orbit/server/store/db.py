@@ -287,6 +287,13 @@ class Tx:
             return [rows for _, rows in results]
         return [await self.raw_rows(sql, params, datetimes=datetimes) for sql, params in statements]
 
+    async def raw_counts(self, statements: list[tuple[str, Any]]) -> list[int]:
+        """Several raw writes in one round trip where the connection allows it; their row counts.
+        All of them run even when an earlier one matched nothing: roll back if that matters."""
+        if self._multi:
+            return [count for count, _ in await self._run_mysql([self._mogrify(sql, p) for sql, p in statements])]
+        return [await self.raw(sql, params) for sql, params in statements]
+
     async def raw(self, sql: str, params: Any = ()) -> int:
         """Execute one raw statement; return the affected row count."""
         if self._multi:

@@ -55,6 +55,7 @@ class GroupCommitter(Generic[C]):
         self._pending: list[tuple[C, asyncio.Future]] = []
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(parallel)
+        self._in_flight = 0
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -75,13 +76,15 @@ class GroupCommitter(Generic[C]):
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()
-            if len(self._pending) < self._max_batch and self._linger:
+            # Linger only under load (a transaction in flight): an idle node answers at once.
+            if len(self._pending) < self._max_batch and self._linger and self._in_flight:
                 await asyncio.sleep(self._linger)
             batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
             if not self._pending:
                 self._wake.clear()
             if batch:
                 await self._slots.acquire()
+                self._in_flight += 1
                 asyncio.create_task(self._flush(batch))
 
     async def _flush(self, batch: list[tuple[C, asyncio.Future]]) -> None:
@@ -96,6 +99,7 @@ class GroupCommitter(Generic[C]):
                 if not fut.done():
                     fut.set_exception(exc)
         finally:
+            self._in_flight -= 1
             self._slots.release()
 
 
