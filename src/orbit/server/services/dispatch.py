@@ -131,8 +131,11 @@ _CONTROLS = ("SELECT namespace_id, paused, retired_at, max_concurrency, rate_per
              "WHERE id = ?")
 
 
-_USAGE = ("SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved, {now} AS db_now "
-          "FROM queue_usage WHERE queue_id = ?")
+_PICK = ("SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
+         "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= {now} "
+         "ORDER BY priority DESC, available_at, id LIMIT ?")
+_USAGE = ("SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved, permits_freed_at, "
+          "{now} AS db_now FROM queue_usage WHERE queue_id = ?")
 
 
 async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[str, Any]]:
@@ -165,8 +168,14 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
         (_CONTROLS, (queue_id,)),
     ]
     if optimistic:
+        # Plan on an unlocked usage read, and lock (SKIP LOCKED) as many due tasks as the claims
+        # could take in the same round trip; the grant then decides how many of them are used.
         reads.append((_USAGE.format(now=tx.now_sql), (queue_id,)))
-    prior, q, *snapshot = await tx.raw_rows_multi(reads, datetimes=("rate_window_start", "db_now"))
+        due = ("NOW(6)", ()) if tx.is_mysql else ("?", (await tx.now(),))
+        reads.append((_PICK.format(now=due[0]) + tx.skip_locked,
+                      (queue_id, *due[1], sum(c.max_tasks for c in commands))))
+    prior, q, *snapshot = await tx.raw_rows_multi(
+        reads, datetimes=("rate_window_start", "permits_freed_at", "db_now", *TASK_TIMES))
     stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
     for i, k in enumerate(keys):
         if k in stored:
@@ -186,26 +195,28 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
         else:
             live.append(i)
     if live:
-        usage = snapshot[0][0] if snapshot and snapshot[0] else None
-        await _grant(tx, queue_id, [commands[i] for i in live], replies, live, q[0], usage)
+        usage, picked = (snapshot[0][0], snapshot[1]) if snapshot and snapshot[0] else (None, [])
+        await _grant(tx, queue_id, [commands[i] for i in live], replies, live, q[0], usage, picked)
     return [r if r is not None else ok(tasks=[]) for r in replies]
 
 
 async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any], slots: list[int],
-                 q: dict[str, Any], snapshot: dict[str, Any] | None) -> None:
-    """Lease due tasks to `commands`; `snapshot` is an unlocked usage read (plan first, lock last),
-    None to lock the usage row first."""
+                 q: dict[str, Any], snapshot: dict[str, Any] | None, picked: list[dict[str, Any]]) -> None:
+    """Lease due tasks to `commands`. `snapshot` is an unlocked usage read and `picked` the due
+    tasks locked with it (plan first, lock the usage row last); None to lock the usage row first."""
     if snapshot is None:
-        (usage,) = await tx.raw_rows(_USAGE.format(now=tx.now_sql) + tx.for_update, (queue_id,),
-                                     datetimes=("rate_window_start", "db_now"))
+        (usage,) = await tx.raw_rows(_USAGE.format(now="NULL") + tx.for_update, (queue_id,),
+                                     datetimes=("rate_window_start", "permits_freed_at"))
         # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
         (q,) = await tx.raw_rows(_CONTROLS, (queue_id,))
         if q["paused"]:
             return
+        # The clock after the lock: every lease whose permit is reused here ended before it.
+        now = await tx.refresh_now()
     else:
         usage = snapshot
-    tx.set_now(usage["db_now"])
-    now = await tx.now()
+        tx.set_now(usage["db_now"])
+        now = await tx.now()
     window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
     grant = min(
         sum(c.max_tasks for c in commands),
@@ -214,12 +225,9 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: l
     )
     if grant <= 0:
         return
-    pick = ("SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
-            "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= ? "
-            "ORDER BY priority DESC, available_at, id LIMIT ?")
     if snapshot is not None:
-        # Claims on other nodes run at the same time: each locks its own candidates.
-        candidates = await tx.raw_rows(pick + tx.skip_locked, (queue_id, now, grant), datetimes=TASK_TIMES)
+        # Claims on other nodes run at the same time: each locked its own candidates (SKIP LOCKED).
+        candidates = picked[:grant]
         if not candidates:
             return
         await tx.defer(f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN "
@@ -227,7 +235,7 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: l
     else:
         # The usage row is held: claims take turns, so a plain indexed read is enough, and the
         # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
-        candidates = await tx.raw_rows(pick, (queue_id, now, grant), datetimes=TASK_TIMES)
+        candidates = await tx.raw_rows(_PICK.format(now="?"), (queue_id, now, grant), datetimes=TASK_TIMES)
         if not candidates:
             return
         ids = [t["id"] for t in candidates]
@@ -274,19 +282,30 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: l
         [[lr[c] for c in cols] for lr in lease_rows],
     )
     await emit_many(tx, events)
+    receipts_sql = "INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)"
+    locked = None
     try:
-        await tx.raw_many("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)",
-                          receipts)
+        if snapshot is not None:
+            # All the writes travel in the round trip that finally locks the usage row.
+            await tx.defer_many(receipts_sql, receipts)
+            locked = await tx.raw_rows_multi(
+                [(_USAGE.format(now="NULL") + tx.for_update, (queue_id,)), (_CONTROLS, (queue_id,))],
+                datetimes=("rate_window_start", "permits_freed_at"),
+            )
+        else:
+            await tx.raw_many(receipts_sql, receipts)
     except Exception as exc:
         if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
             raise RetryTransaction() from exc
         raise
-    if snapshot is not None:
-        locked, (q,) = await tx.raw_rows_multi(
-            [(_USAGE.format(now="NULL") + tx.for_update, (queue_id,)), (_CONTROLS, (queue_id,))],
-            datetimes=("rate_window_start",),
-        )
-        usage = locked[0]
+    if locked is not None:
+        usage, q = locked[0][0], locked[1][0]
+        freed_at = usage["permits_freed_at"]
+        if freed_at is not None and freed_at >= now:
+            # A permit this claim may reuse was given back at a later database time than the
+            # snapshot's clock: lease from just after it, so no stored interval overlaps another.
+            now = freed_at + timedelta(microseconds=1)
+            await _retime(tx, commands, slots, replies, now)
         window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
         n = len(lease_rows)
         if (q["paused"] or (window.start is not None and window.start > now)
@@ -294,6 +313,25 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: l
                 or claim_room(window, int(q["rate_per_second"]), now) < n):
             raise _Contended()
     await changes.apply(tx)
+
+
+async def _retime(tx: Tx, commands: list[ClaimCommand], slots: list[int], replies: list[Any], now: datetime) -> None:
+    """Move the leases a claim just wrote (and their receipts) to `now`, in the same transaction."""
+    by_expiry: dict[datetime, list[str]] = {}
+    for slot, c in zip(slots, commands):
+        granted = (replies[slot] or {}).get("tasks")
+        if not granted:
+            continue
+        expires = now + timedelta(milliseconds=c.lease_ms)
+        for g in granted:
+            g["lease_expires_at"] = format_ts(expires)
+            by_expiry.setdefault(expires, []).append(g["lease_id"])
+        stored = [{k: v for k, v in g.items() if k != "payload"} for g in granted]
+        await tx.defer("UPDATE worker_claims SET response = ? WHERE credential_id = ? AND msg_id = ?",
+                       (orjson.dumps(stored).decode(), c.who.principal.credential_id, c.msg_id))
+    for expires, ids in by_expiry.items():
+        await tx.defer(f"UPDATE leases SET leased_at = ?, expires_at = ? WHERE id IN ({placeholders(len(ids))})",
+                       (now, expires, *ids))
 
 
 async def _rehydrate_payloads(tx: Tx, granted: list[dict[str, Any]]) -> None:

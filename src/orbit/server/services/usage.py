@@ -43,6 +43,12 @@ class UsageChanges:
         for qid in sorted(set(self.queues) | set(self.windows)):
             d = self.queues.get(qid, Delta())
             sets, params = _delta_sets(d)
+            if d.permits < 0:
+                # A claim that planned before locking this row checks it: see dispatch.claim_many.
+                now = await tx.now()
+                sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
+                            "THEN ? ELSE permits_freed_at END")
+                params += [now, now]
             w = self.windows.get(qid)
             if w is not None:
                 sets += ["rate_window_start = ?", "rate_window_used = ?"]

@@ -1,9 +1,15 @@
-"""Deadline sweep through one column: `tasks.sweep_at` replaces the two state-bearing deadline indexes.
+"""Deadline sweep through one column (`tasks.sweep_at`), and the clock of freed permits (`queue_usage`).
+
+`tasks.sweep_at` replaces the two state-bearing deadline indexes.
 
 Every state change used to rewrite four secondary-index entries that contain
 `state`; two of them existed only so that the deadline sweep could find its
 work. `sweep_at` is set when a task is accepted and moved on only by the sweep,
 so claims, Starts and completes no longer touch a deadline index.
+
+`queue_usage.permits_freed_at` lets a claim planned before it locks the usage
+row prove that no permit it takes was freed at a later database time than the
+lease it writes, so stored lease intervals never overlap beyond the limit.
 
 Revision ID: 000004
 Revises: 000003
@@ -38,6 +44,10 @@ def upgrade() -> None:
     op.drop_index("ix_tasks_state_deadline", table_name="tasks")
     op.drop_index("ix_tasks_state_start_deadline", table_name="tasks")
     op.create_index("ix_tasks_sweep_at", "tasks", ["sweep_at"])
+    op.add_column("queue_usage", sa.Column(
+        "permits_freed_at", Ts, nullable=True,
+        comment="latest database time at which a permit of the queue was given back (a lease ended)",
+    ))
 
 
 def downgrade() -> None:
