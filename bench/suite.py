@@ -71,14 +71,14 @@ class Sizes:
 
 QUICK = Sizes(
     single_submits=1000, single_concurrency=32, batches=20, batch_size=500, batch_concurrency=4,
-    drain_tasks=5000, worker_processes=2, sessions_per_process=4, claim_max_tasks=50, latency_seconds=10, latency_fixed_rate=50,
+    drain_tasks=20_000, worker_processes=2, sessions_per_process=8, claim_max_tasks=50, latency_seconds=10, latency_fixed_rate=50,
     backlogs=[0, 10_000, 100_000], backlog_samples=100, backlog_sample_seconds=15,
     queues=300, limits_concurrency=8, limits_rate=50, limits_seconds=10, limits_handler_ms=50,
     ceiling_seconds=5, ceiling_processes=2, ceiling_connections=16, drain_timeout=240, peer_drain_tasks=5000,
 )
 FULL = Sizes(
     single_submits=10_000, single_concurrency=32, batches=200, batch_size=500, batch_concurrency=4,
-    drain_tasks=100_000, worker_processes=2, sessions_per_process=4, claim_max_tasks=50, latency_seconds=30, latency_fixed_rate=50,
+    drain_tasks=100_000, worker_processes=2, sessions_per_process=8, claim_max_tasks=50, latency_seconds=30, latency_fixed_rate=50,
     backlogs=[0, 100_000, 1_000_000], backlog_samples=500, backlog_sample_seconds=60,
     queues=10_000, limits_concurrency=32, limits_rate=200, limits_seconds=30, limits_handler_ms=50,
     ceiling_seconds=15, ceiling_processes=2, ceiling_connections=16, drain_timeout=1800, peer_drain_tasks=100_000,
