@@ -317,3 +317,55 @@ async def test_lowering_concurrency_revokes_nothing_and_waits_for_drain(tenant, 
             assert (await w.call("claim", queue_id=q["id"], max_tasks=3))["tasks"] == []
         assert (await w.call("complete", lease_id=c["tasks"][2]["lease_id"], outcome="succeeded"))["ok"]
         assert len((await w.call("claim", queue_id=q["id"], max_tasks=3))["tasks"]) == 1
+
+
+async def test_start_deadline_bounds_only_the_first_start(tenant, base):
+    """A task that started once and is waiting for its retry is not failed by its start deadline."""
+    from datetime import datetime, timedelta, timezone
+
+    from orbit.server.services.tasks import sweep_deadlines
+
+    q = await tenant.create_queue()
+    start_by = (datetime.now(timezone.utc) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    (tid,) = await submit(tenant, q["id"], 1, start_deadline_at=start_by, deadline_seconds=3600,
+                          retry={"initial_backoff_ms": 1, "max_backoff_ms": 1, "jitter": 0.0})
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        (lease,) = (await w.call("claim", queue_id=q["id"], max_tasks=1))["tasks"]
+        assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
+        failed = await w.call("complete", lease_id=lease["lease_id"], outcome="failed",
+                              error={"message": "try again"})
+        assert failed["task_state"] == "WAITING"
+        await asyncio.sleep(1.2)
+        await sweep_deadlines(tenant.db)
+        assert (await task(tenant, tid))["state"] == "WAITING"
+        (again,) = (await w.call("claim", queue_id=q["id"], max_tasks=1))["tasks"]
+        started = await w.call("start", lease_id=again["lease_id"])
+        assert started["ok"] and started["attempt"] == 2
+        assert (await w.call("complete", lease_id=again["lease_id"], outcome="succeeded"))["ok"]
+    assert (await task(tenant, tid))["state"] == "SUCCEEDED"
+
+
+async def test_review_retry_rearms_the_total_deadline(tenant, base):
+    """NEEDS_REVIEW leaves the sweep; a review that sends the task back to WAITING re-arms its deadline."""
+    from orbit.server.services.tasks import sweep_deadlines
+
+    q = await tenant.create_queue()
+    (tid,) = await submit(tenant, q["id"], 1, deadline_seconds=2)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        (lease,) = (await w.call("claim", queue_id=q["id"], max_tasks=1, lease_ms=1000))["tasks"]
+        assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
+        await asyncio.sleep(1.1)
+        assert await dispatch.recover_expired_leases(tenant.db) >= 1
+    assert (await task(tenant, tid))["state"] == "NEEDS_REVIEW"
+    await asyncio.sleep(1.0)
+    await sweep_deadlines(tenant.db)  # past the deadline: nothing to do while a person decides
+    assert (await task(tenant, tid))["state"] == "NEEDS_REVIEW"
+    r = await tenant.post(f"/v1/tasks/{tid}:review", {"resolution": "RETRY", "reason": "safe to rerun"})
+    assert r.json()["data"]["task"]["state"] == "WAITING", r.text
+    await sweep_deadlines(tenant.db)
+    t = await task(tenant, tid)
+    assert t["state"] == "FAILED" and t["error"]["code"] == "DEADLINE_EXCEEDED", t
+    u = await usage(tenant, q["id"])
+    assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 0)

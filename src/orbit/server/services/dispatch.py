@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from ..core import states
 from ..core.backoff import backoff_ms
+from ..core.deadlines import start_deadline_applies
 from ..core.ids import new_id
 from ..core.rate_window import RateWindow, authorize_start, claim_room
 from ..core.timefmt import format_ts
@@ -527,7 +528,8 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
             continue
         task = tasks_[lease["task_id"]]
         qid = lease["queue_id"]
-        if task["start_deadline_at"] is not None and task["start_deadline_at"] <= now:
+        if (task["start_deadline_at"] is not None and start_deadline_applies(states.LEASED, int(task["attempts"]))
+                and task["start_deadline_at"] <= now):
             _fail_unstarted(w, lease, task, now, "START_DEADLINE_EXCEEDED", "the start deadline passed before any start")
             replies.append(fail("START_DEADLINE_EXCEEDED", "the task's start deadline passed"))
             continue
