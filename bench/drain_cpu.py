@@ -1,0 +1,84 @@
+"""Where the CPU goes in an end-to-end drain: tasks/s, and CPU µs per task of the server and of MariaDB.
+
+    python bench/drain_cpu.py [--tasks 20000] [--processes 2] [--sessions 8] [--py-spy FILE]
+
+Starts a fresh MariaDB database and one `orbit server` (bench/_harness.py), pre-loads
+the tasks with batch submits, drains them with raw-protocol worker processes, and
+reads the server's and mariadbd's CPU time from /proc before and after. CPU per task
+is steadier than tasks/s on a shared machine, so it is the figure to compare changes
+by. `--py-spy FILE` records a raw py-spy profile of the server for 6 s mid-drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._harness import environment  # noqa: E402
+from bench.dispatch import _worker_process, count_state, preload  # noqa: E402
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_of(*pgrep_args: str) -> int:
+    return int(subprocess.run(["pgrep", *pgrep_args], capture_output=True, text=True, check=True).stdout.split()[0])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=20000)
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--sessions", type=int, default=8, help="sessions per worker process")
+    ap.add_argument("--py-spy", metavar="FILE")
+    args = ap.parse_args()
+    n = args.tasks
+    with environment(None, 1) as (urls, creds):
+        token = creds["token"]
+        c = httpx.Client(base_url=urls[0], headers={"Authorization": f"Bearer {token}"})
+        q = c.post("/v1/queues", json={"name": f"cpu-{uuid.uuid4().hex[:6]}", "max_concurrency": 100000,
+                                       "rate_per_second": 1000000, "max_unfinished_tasks": 1000000},
+                   headers={"Idempotency-Key": uuid.uuid4().hex}).json()["data"]["queue"]["id"]
+        load_s = asyncio.run(preload(urls[0], token, q, n))
+        server = pid_of("-f", "orbit server")
+        mariadb = pid_of("-x", "mariadbd")
+        ctx = mp.get_context("spawn")
+        rq = ctx.Queue()
+        procs = [ctx.Process(target=_worker_process, args=(urls, token, q, args.sessions, 3600, rq))
+                 for _ in range(args.processes)]
+        before = (cpu_seconds(server), cpu_seconds(mariadb))
+        t0 = time.perf_counter()
+        for p in procs:
+            p.start()
+        spy = None
+        if args.py_spy:
+            time.sleep(2)
+            spy = subprocess.Popen(["py-spy", "record", "-p", str(server), "-d", "6", "-r", "250", "-f", "raw",
+                                    "-o", args.py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while count_state(creds["_database_url"], q, "SUCCEEDED") < n and time.perf_counter() - t0 < 600:
+            time.sleep(0.3)
+        wall = time.perf_counter() - t0
+        after = (cpu_seconds(server), cpu_seconds(mariadb))
+        if spy is not None:
+            spy.wait()
+        for p in procs:
+            p.kill()
+    print(f"preload {n / load_s:.0f} tasks/s; drain {n / wall:.0f} tasks/s; "
+          f"server {(after[0] - before[0]) / n * 1e6:.0f} us CPU/task; "
+          f"mariadb {(after[1] - before[1]) / n * 1e6:.0f} us CPU/task")
+
+
+if __name__ == "__main__":
+    main()
