@@ -429,6 +429,12 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                     ctx.add("latency", "orbit", "calibration drain", tasks=done, tasks_per_s=r1(rate))
                 if with_latency and done >= n:
                     await orbit_latency(ctx, client, db, qid, max(1.0, 0.5 * rate), "50% of max")
+                    # The drain rate above excludes submission; the same machine also has to accept
+                    # the tasks. Half of what it sustains doing both is a second, fairer "half load".
+                    sustained = await orbit_sustained(ctx, client, db, qid, offer=rate)
+                    if sustained:
+                        await orbit_latency(ctx, client, db, qid, max(1.0, 0.5 * sustained),
+                                            "50% of sustained")
                     if s.latency_fixed_rate:
                         await orbit_latency(ctx, client, db, qid, s.latency_fixed_rate, "fixed")
         finally:
@@ -458,6 +464,23 @@ async def orbit_latency(ctx: Context, client: httpx.AsyncClient, db: Conn, qid: 
             lease_to_start_p50_ms=r2(percentile([a - b for a, b in zip(lat, to_lease)], 50)),
             status="ok" if got >= sent and not refused else "partial",
             note="" if got >= sent else f"{sent - got} never started")
+
+
+async def orbit_sustained(ctx: Context, client: httpx.AsyncClient, db: Conn, qid: str, offer: float) -> float:
+    """Tasks/s completed while tasks are offered at the drain rate (submit and drain at once);
+    waits for the backlog it left to drain before returning."""
+    s = ctx.sizes
+    count = "SELECT COUNT(*) FROM tasks WHERE queue_id = %s AND state = 'SUCCEEDED'"
+    before = int(await db.scalar(count, (qid,)) or 0)
+    t0 = time.perf_counter()
+    sent, _ = await open_loop(offer, s.latency_seconds, lambda k, tag: _submit_some(client, qid, k, tag))
+    window = time.perf_counter() - t0
+    during = int(await db.scalar(count, (qid,)) or 0) - before
+    await wait_count(db, count, (qid,), before + sent, 120)
+    rate = during / window
+    ctx.add("latency", "orbit", "sustained submit+drain", offered_per_s=r1(offer), accepted=sent,
+            tasks_per_s=r1(rate))
+    return rate
 
 
 async def _submit_some(client: httpx.AsyncClient, qid: str, k: int, tag: str) -> int:
