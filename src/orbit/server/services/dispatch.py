@@ -149,7 +149,9 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[st
     LOCKED (so claims on several nodes never take the same task nor wait on each
     other) and written, and only then is the usage row locked and the grant
     re-checked. If it no longer fits, everything is rolled back and the claim runs
-    again with the usage row locked first.
+    again with the usage row locked first. If a permit was given back at a later
+    database time than the plan's clock, the leases are re-timed to just after it
+    (`permits_freed_at`), so stored lease intervals never overlap beyond the limit.
     """
     queue_id = commands[0].queue_id
     assert all(c.queue_id == queue_id for c in commands)
