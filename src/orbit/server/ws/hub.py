@@ -112,10 +112,12 @@ class KeyedBatcher(Generic[C]):
     """
 
     def __init__(self, name: str, run: Callable[[list[C]], Awaitable[list[dict[str, Any]]]], *,
-                 max_batch: int = 64) -> None:
+                 max_batch: int = 64, weight: Callable[[C], int] = lambda c: 1, max_weight: int = 64) -> None:
         self.name = name
         self._run = run
         self._max_batch = max_batch
+        self._weight = weight
+        self._max_weight = max_weight
         self._pending: dict[str, list[tuple[C, asyncio.Future]]] = {}
         self._tasks: set[asyncio.Task] = set()
 
@@ -136,7 +138,13 @@ class KeyedBatcher(Generic[C]):
         batch: list[tuple[C, asyncio.Future]] = []
         try:
             while queue:
-                batch, queue[:] = queue[: self._max_batch], queue[self._max_batch :]
+                n, total = 0, 0
+                while n < len(queue) and n < self._max_batch:
+                    total += self._weight(queue[n][0])
+                    if n and total > self._max_weight:
+                        break
+                    n += 1
+                batch, queue[:] = queue[:n], queue[n:]
                 try:
                     replies = await self._run([c for c, _ in batch])
                 except Exception as exc:
@@ -197,8 +205,10 @@ class WorkerHub:
         self.starts = GroupCommitter("start", lambda cmds: dispatch.start(db, cmds))
         self.renews = GroupCommitter("renew", lambda cmds: dispatch.renew(db, cmds))
         self.completes = GroupCommitter("complete", lambda cmds: dispatch.complete(db, cmds))
+        # A claim transaction reads (and may lease) up to the sum of its claims' max_tasks rows,
+        # payloads included: bound it, so that many waiting sessions never make one huge read.
         self.claims: KeyedBatcher[dispatch.ClaimCommand] = KeyedBatcher(
-            "claim", lambda cmds: dispatch.claim_many(db, cmds))
+            "claim", lambda cmds: dispatch.claim_many(db, cmds), weight=lambda c: c.max_tasks, max_weight=400)
 
     def start(self) -> None:
         for gc in (self.starts, self.renews, self.completes):
