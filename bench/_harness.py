@@ -140,6 +140,18 @@ def environment(database_url: str | None, nodes: int = 1, log_dir: Path | None =
                 drop_mysql_database(url)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a local process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_of(*pgrep_args: str) -> int | None:
+    """The first process `pgrep` finds with these arguments, or None."""
+    out = subprocess.run(["pgrep", *pgrep_args], capture_output=True, text=True).stdout.split()
+    return int(out[0]) if out else None
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._harness import cpu_seconds, pid_of  # noqa: E402
 from orbit.server.core.permissions import ALL_PERMISSIONS  # noqa: E402
 from orbit.server.services import dispatch, tasks, tenancy  # noqa: E402
 from orbit.server.services.auth import Principal  # noqa: E402
@@ -34,13 +34,9 @@ STATS: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
 
 
 def _mariadb_cpu_seconds() -> float | None:
-    """CPU time MariaDB has used so far (user + system), when it runs on this machine."""
-    try:
-        pid = subprocess.run(["pidof", "mariadbd"], capture_output=True, text=True).stdout.split()[0]
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (IndexError, OSError, ValueError):
-        return None
+    """CPU time MariaDB has used so far, when it runs on this machine."""
+    pid = pid_of("-x", "mariadbd")
+    return None if pid is None else cpu_seconds(pid)
 
 
 def _time_statements() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import os
 import subprocess
 import sys
 import time
@@ -24,17 +23,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._harness import environment  # noqa: E402
+from bench._harness import cpu_seconds, environment, pid_of  # noqa: E402
 from bench.dispatch import _worker_process, count_state, preload  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pid_of(*pgrep_args: str) -> int:
-    return int(subprocess.run(["pgrep", *pgrep_args], capture_output=True, text=True, check=True).stdout.split()[0])
 
 
 def main() -> None:
@@ -54,6 +44,8 @@ def main() -> None:
         load_s = asyncio.run(preload(urls[0], token, q, n))
         server = pid_of("-f", "orbit server")
         mariadb = pid_of("-x", "mariadbd")
+        if server is None or mariadb is None:
+            raise SystemExit("drain_cpu: the server or mariadbd does not run on this machine")
         ctx = mp.get_context("spawn")
         rq = ctx.Queue()
         procs = [ctx.Process(target=_worker_process, args=(urls, token, q, args.sessions, 3600, rq))

@@ -11,7 +11,7 @@ Replies are plain dicts: ``{"ok": True, ...}`` or ``{"ok": False, "error": {...}
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -110,6 +110,15 @@ class _Contended(Exception):
     """The usage row moved between the unlocked plan and the lock in a way the plan did not allow."""
 
 
+async def _lock_last(db: Database, body: Callable[[Tx, bool], Awaitable[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Run `body` planning on unlocked reads (usage row locked last); if the plan no longer holds
+    under the lock, run it again with the usage row locked first."""
+    try:
+        return await db.fast_transaction(lambda tx: body(tx, True))
+    except _Contended:
+        return await db.fast_transaction(lambda tx: body(tx, False))
+
+
 
 @dataclass(frozen=True)
 class ClaimCommand:
@@ -155,10 +164,7 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[st
     """
     queue_id = commands[0].queue_id
     assert all(c.queue_id == queue_id for c in commands)
-    try:
-        return await db.fast_transaction(lambda tx: _claim_body(tx, commands, optimistic=True))
-    except _Contended:
-        return await db.fast_transaction(lambda tx: _claim_body(tx, commands, optimistic=False))
+    return await _lock_last(db, lambda tx, optimistic: _claim_body(tx, commands, optimistic=optimistic))
 
 
 async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[dict[str, Any]]:
@@ -474,10 +480,7 @@ async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, An
     first (the exact, slower order). A plan that refuses anything on the snapshot
     is re-decided under the lock before anything is written.
     """
-    try:
-        return await db.fast_transaction(lambda tx: _start_body(tx, commands, optimistic=True))
-    except _Contended:
-        return await db.fast_transaction(lambda tx: _start_body(tx, commands, optimistic=False))
+    return await _lock_last(db, lambda tx, optimistic: _start_body(tx, commands, optimistic=optimistic))
 
 
 def _windows_sql(queue_ids: list[str], lock: str = "") -> tuple[str, Any]:
