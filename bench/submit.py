@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import subprocess
 import sys
 import time
 import uuid
@@ -19,7 +21,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._harness import environment, percentile  # noqa: E402
+from bench._http import like  # noqa: E402
+from bench._harness import cpu_seconds, environment, percentile, pid_of  # noqa: E402
 
 
 async def make_queue(client: httpx.AsyncClient) -> str:
@@ -40,13 +43,17 @@ async def single(client: httpx.AsyncClient, queue_id: str, total: int, concurren
 
     async def worker() -> None:
         nonlocal errors
-        for i in counter:
-            t0 = time.perf_counter()
-            r = await client.post(f"/v1/queues/{queue_id}/tasks", json={"payload": {"i": i}},
-                                  headers={"Idempotency-Key": f"s-{uuid.uuid4().hex}"})
-            latencies.append((time.perf_counter() - t0) * 1000)
-            if r.status_code != 201:
-                errors += 1
+        conn = like(client)
+        try:
+            for i in counter:
+                t0 = time.perf_counter()
+                status, _ = await conn.post(f"/v1/queues/{queue_id}/tasks", {"payload": {"i": i}},
+                                            {"Idempotency-Key": f"s-{uuid.uuid4().hex}"})
+                latencies.append((time.perf_counter() - t0) * 1000)
+                if status != 201:
+                    errors += 1
+        finally:
+            await conn.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -63,14 +70,18 @@ async def batch(client: httpx.AsyncClient, queue_id: str, batches: int, size: in
 
     async def worker() -> None:
         nonlocal errors
-        for b in counter:
-            items = [{"idempotency_key": f"b-{uuid.uuid4().hex}", "payload": {"b": b, "i": i}} for i in range(size)]
-            t0 = time.perf_counter()
-            r = await client.post(f"/v1/queues/{queue_id}/tasks:batch", json={"tasks": items},
-                                  headers={"Idempotency-Key": uuid.uuid4().hex})
-            latencies.append((time.perf_counter() - t0) * 1000)
-            if r.status_code != 200 or any("error" in x for x in r.json()["data"]["results"]):
-                errors += 1
+        conn = like(client)
+        try:
+            for b in counter:
+                items = [{"idempotency_key": f"b-{uuid.uuid4().hex}", "payload": {"b": b, "i": i}} for i in range(size)]
+                t0 = time.perf_counter()
+                status, body = await conn.post(f"/v1/queues/{queue_id}/tasks:batch", {"tasks": items},
+                                               {"Idempotency-Key": uuid.uuid4().hex})
+                latencies.append((time.perf_counter() - t0) * 1000)
+                if status != 200 or b'{"error":' in body:
+                    errors += 1
+        finally:
+            await conn.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -88,9 +99,31 @@ async def run(urls: list[str], token: str, args) -> list[dict]:
                                  timeout=60, limits=limits) as client:
         queue_id = await make_queue(client)
         await single(client, queue_id, min(200, args.single), 8)  # warm-up
-        results = [await single(client, queue_id, args.single, args.concurrency)]
-        results.append(await batch(client, queue_id, args.batches, args.batch_size, args.batch_concurrency))
+        with server_cpu(args.py_spy_single) as cpu:
+            results = [await single(client, queue_id, args.single, args.concurrency)]
+        results[-1].update({k: round(v * 1e6 / results[-1]["tasks"], 1) for k, v in cpu.items()})
+        with server_cpu(args.py_spy) as cpu:
+            results.append(await batch(client, queue_id, args.batches, args.batch_size, args.batch_concurrency))
+        results[-1].update({k: round(v * 1e6 / results[-1]["tasks"], 1) for k, v in cpu.items()})
     return results
+
+
+@contextlib.contextmanager
+def server_cpu(py_spy: str | None):
+    """CPU seconds the local server and MariaDB spend inside the block (keys *_cpu_us_per_task once
+    divided), and optionally a raw py-spy profile of the server for its first 6 s."""
+    pids = {"server_cpu_us_per_task": pid_of("-f", "orbit server"), "mariadb_cpu_us_per_task": pid_of("-x", "mariadbd")}
+    pids = {k: v for k, v in pids.items() if v}
+    spy = None
+    if py_spy and pids.get("server_cpu_us_per_task"):
+        spy = subprocess.Popen(["py-spy", "record", "-p", str(pids["server_cpu_us_per_task"]), "-d", "6", "-r", "250",
+                                "-f", "raw", "-o", py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    before = {k: cpu_seconds(v) for k, v in pids.items()}
+    out: dict[str, float] = {}
+    yield out
+    out.update({k: cpu_seconds(v) - before[k] for k, v in pids.items()})
+    if spy:
+        spy.wait()
 
 
 def main() -> None:
@@ -103,6 +136,8 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=60)
     ap.add_argument("--batch-size", type=int, default=500)
     ap.add_argument("--batch-concurrency", type=int, default=4)
+    ap.add_argument("--py-spy", metavar="FILE", help="record a raw py-spy profile of the server during batch submits")
+    ap.add_argument("--py-spy-single", metavar="FILE", help="the same during single submits")
     args = ap.parse_args()
     if args.url:
         token = json.loads(args.credentials.read_text())["token"]

@@ -269,3 +269,23 @@ async def test_concurrent_submits_with_one_key_create_one_task(tenant):
     tasks = [ok(r, r.status_code)["task"] for r in responses]
     assert all(t == tasks[0] for t in tasks)
     assert await counter_invariant(tenant, q["id"]) == 1
+
+
+async def test_concurrent_submits_sharing_a_transaction_keep_their_own_outcomes(tenant):
+    """Single submits that arrive together are admitted in one transaction (group commit);
+    each still gets its own status: a key reused with another body conflicts, a full queue
+    refuses only the submits beyond its room, and each accepted task has its own receipt."""
+    import asyncio
+
+    q = await tenant.create_queue(max_unfinished_tasks=3)
+    responses = await asyncio.gather(
+        tenant.post(tasks_path(q), {"payload": "a"}, key="k1"),
+        tenant.post(tasks_path(q), {"payload": "b"}, key="k1"),
+        *(tenant.post(tasks_path(q), {"payload": i}, key=f"n{i}") for i in range(4)),
+    )
+    by_key = [r.status_code for r in responses]
+    assert sorted(by_key[:2]) == [201, 409], [r.text for r in responses]
+    assert sorted(by_key) == [201] * 3 + [409] + [429] * 2, [r.text for r in responses]
+    ids = {ok(r, 201)["task"]["id"] for r in responses if r.status_code == 201}
+    assert len(ids) == 3
+    assert await counter_invariant(tenant, q["id"]) == 3

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from orbit.server.ws.hub import KeyedBatcher
+from orbit.server.batching import KeyedBatcher
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +22,7 @@ async def test_batches_are_bounded_by_weight_and_answer_each_command():
         await asyncio.sleep(0)
         return [{"ok": True, "echo": c} for c in cmds]
 
-    b: KeyedBatcher[int] = KeyedBatcher("t", run, weight=lambda c: c, max_weight=400)
+    b: KeyedBatcher[int, int] = KeyedBatcher("t", run, weight=lambda c: c, max_weight=400)
     replies = await asyncio.gather(*(b.submit("q", w) for w in [100] * 10 + [900, 50]))
     assert [r["echo"] for r in replies] == [100] * 10 + [900, 50]
     assert [sum(x) for x in batches] == [400, 400, 200, 900, 50]  # an over-weight command still runs alone
@@ -34,7 +34,7 @@ async def test_keys_are_served_independently_and_failures_reach_their_callers():
             raise RuntimeError("boom")
         return [{"ok": True} for _ in cmds]
 
-    b: KeyedBatcher[str] = KeyedBatcher("t", run)
+    b: KeyedBatcher[str, str] = KeyedBatcher("t", run)
     ok, bad = await asyncio.gather(b.submit("a", "x"), b.submit("b", "bad"), return_exceptions=True)
     assert ok == {"ok": True} and isinstance(bad, RuntimeError)
     assert await b.submit("b", "y") == {"ok": True}  # the key is served again afterwards

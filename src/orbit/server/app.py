@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .batching import KeyedBatcher
 from .config import Settings
 from .errors import ApiError, invalid_argument, unavailable
 from .http import health, queues, tasks
@@ -164,6 +165,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
             await hub.stop()
+            await app.state.submits.stop()
             if owns_db:
                 await database.close()
 
@@ -179,6 +181,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.state.db = database
     app.state.draining = False
     app.state.hub = WorkerHub(database, settings.node_id)
+    app.state.submits = KeyedBatcher("submit", lambda group: task_service.submit_group(database, group), max_batch=100)
 
     schema_checked = {"at": 0.0, "ok": False}
 

@@ -56,7 +56,11 @@ async def submit_task(request: Request, queue_id: str):
     svc.check_payload_size(req, request.app.state.settings.max_payload_bytes)
     key = idempotency_key(request)
     cmd = svc.SubmitCommand(key, svc.submit_digest(queue_id, raw), req, raw)
-    outcome = await svc.submit_task(request.app.state.db, who, queue_id, cmd)
+    queued = svc.QueuedSubmit(who, queue_id, cmd)
+    admission = await request.app.state.submits.submit(queued.group, queued)
+    if admission.error is not None:
+        raise admission.error
+    outcome = admission.outcome
     if not outcome.deduplicated:
         request.app.state.hub.notifier.notify(queue_id)
     return outcome_response(request, outcome, 201)

@@ -11,7 +11,7 @@ Replies are plain dicts: ``{"ok": True, ...}`` or ``{"ok": False, "error": {...}
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,7 +30,7 @@ from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key, placeho
 from ..store.tables import leases, queues, tasks
 from .auth import Principal
 from .outbox import emit_many
-from .usage import UsageChanges
+from .usage import PlanNoLongerHolds, UsageChanges, lock_last
 
 DEFAULT_LEASE_MS = 30_000
 MAX_LEASE_MS = 600_000
@@ -106,20 +106,6 @@ async def missing_queues(db: Database, namespace_id: str, queue_ids: list[str]) 
 # ------------------------------------------------------------------ claim
 
 
-class _Contended(Exception):
-    """The usage row moved between the unlocked plan and the lock in a way the plan did not allow."""
-
-
-async def _lock_last(db: Database, body: Callable[[Tx, bool], Awaitable[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
-    """Run `body` planning on unlocked reads (usage row locked last); if the plan no longer holds
-    under the lock, run it again with the usage row locked first."""
-    try:
-        return await db.fast_transaction(lambda tx: body(tx, True))
-    except _Contended:
-        return await db.fast_transaction(lambda tx: body(tx, False))
-
-
-
 @dataclass(frozen=True)
 class ClaimCommand:
     who: WorkerIdentity
@@ -164,7 +150,7 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[st
     """
     queue_id = commands[0].queue_id
     assert all(c.queue_id == queue_id for c in commands)
-    return await _lock_last(db, lambda tx, optimistic: _claim_body(tx, commands, optimistic=optimistic))
+    return await lock_last(db, lambda tx, optimistic: _claim_body(tx, commands, optimistic=optimistic))
 
 
 async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[dict[str, Any]]:
@@ -320,7 +306,7 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: l
         if (q["paused"] or (window.start is not None and window.start > now)
                 or int(usage["permits_in_use"]) + n > int(q["max_concurrency"])
                 or claim_room(window, int(q["rate_per_second"]), now) < n):
-            raise _Contended()
+            raise PlanNoLongerHolds()
     await changes.apply(tx)
 
 
@@ -480,7 +466,7 @@ async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, An
     first (the exact, slower order). A plan that refuses anything on the snapshot
     is re-decided under the lock before anything is written.
     """
-    return await _lock_last(db, lambda tx, optimistic: _start_body(tx, commands, optimistic=optimistic))
+    return await lock_last(db, lambda tx, optimistic: _start_body(tx, commands, optimistic=optimistic))
 
 
 def _windows_sql(queue_ids: list[str], lock: str = "") -> tuple[str, Any]:
@@ -619,7 +605,7 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
         for qid, reserved in plan.counted.items():
             window = _recount(current[qid], int(controls[qid]["rate_per_second"]), now, reserved)
             if window is None:
-                raise _Contended()
+                raise PlanNoLongerHolds()
             plan.writes.usage.set_window(qid, window)
     await plan.writes.usage.apply(tx)
     return plan.replies

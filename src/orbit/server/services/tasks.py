@@ -37,7 +37,7 @@ from ..store.tables import leases, queues, tasks
 from .auth import Principal
 from .idempotency import IdempotencyScope, Outcome, request_digest
 from .outbox import Actor, emit_many, write_audit
-from .usage import UsageChanges
+from .usage import PlanNoLongerHolds, UsageChanges, lock_last
 
 OP_SUBMIT = "tasks.submit"
 OP_SUBMIT_BATCH = "tasks.submit_batch"
@@ -204,15 +204,25 @@ async def check_resource_keys(tx: Tx, namespace_id: str, names: list[str]) -> No
         raise invalid_argument(f"resource_keys: unknown resource key {names[0]!r}", "resource_keys")
 
 
-async def _read_for_admission(tx: Tx, principal: Principal, queue_id: str, keys: list[str]) -> tuple[Any, dict[str, Any]]:
+_ROOM = ("SELECT qu.unfinished, au.unfinished AS app_unfinished, a.max_unfinished_tasks AS app_max "
+         "FROM queue_usage qu, application_usage au, applications a "
+         "WHERE qu.queue_id = ? AND au.application_id = ? AND a.id = ?")
+
+
+async def _read_for_admission(
+    tx: Tx, principal: Principal, queue_id: str, keys: list[str], *, room: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Share-lock the queue row (configure and retire, which take it exclusively, wait for us)
-    and read the submit receipts of `keys`, in one round trip."""
+    and read the submit receipts of `keys`, in one round trip. With `room`, the queue also
+    carries `room`: an unlocked snapshot of the backlog room left in it and its application."""
     share = " LOCK IN SHARE MODE" if tx.is_mysql else ""
     reads: list[tuple[str, Any]] = [(
         f"SELECT id, retired_at, max_unfinished_tasks{tx.now_column} FROM queues "
         f"WHERE id = ? AND namespace_id = ?{share}",
         (queue_id, principal.namespace_id),
     )]
+    if room:
+        reads.append((_ROOM, (queue_id, principal.application_id, principal.application_id)))
     unique = sorted(set(keys))
     if unique:
         reads.append((
@@ -220,11 +230,16 @@ async def _read_for_admission(tx: Tx, principal: Principal, queue_id: str, keys:
             f"AND idem_key IN ({placeholders(len(unique))})",
             (principal.namespace_id, OP_SUBMIT, *unique),
         ))
-    rows, *records = await tx.raw_rows_multi(reads)
+    rows, *rest = await tx.raw_rows_multi(reads)
     if not rows:
         raise not_found("queue")
     tx.take_now(rows[0])
-    return rows[0], {r["idem_key"]: r for r in (records[0] if records else [])}
+    queue = dict(rows[0])
+    if room:
+        (u,) = rest[0]
+        queue["room"] = min(int(queue["max_unfinished_tasks"]) - int(u["unfinished"]),
+                            int(u["app_max"]) - int(u["app_unfinished"]))
+    return queue, {r["idem_key"]: r for r in (rest[-1] if unique else [])}
 
 
 @dataclass
@@ -234,13 +249,20 @@ class _Candidate:
     row: dict[str, Any]
 
 
-async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand]) -> list[Admission]:
+async def admit(
+    tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand], *, optimistic: bool = True
+) -> list[Admission]:
     """Admit tasks in order in the caller's transaction: replays first, then the backlog limits.
 
-    Lock order: queue row (shared), then queue_usage, then application_usage.
+    Lock order: queue row (shared), then queue_usage, then application_usage. `optimistic`
+    writes the tasks first and takes their backlog slots last, so the hot usage rows stay
+    locked only until the commit; when they do not all fit it raises `PlanNoLongerHolds`
+    (see `usage.lock_last`), except for a lone command, which is refused outright.
     """
+    alone = len(commands) == 1
     queue, records = await _read_for_admission(tx, principal, queue_id,
-                                               [c.key for c in commands if c.req is not None])
+                                               [c.key for c in commands if c.req is not None],
+                                               room=optimistic and not alone)
     now = await tx.now()
 
     results: list[Admission | None] = [None] * len(commands)
@@ -277,11 +299,12 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
         first_digest[cmd.key] = cmd.digest  # a refused item leaves its key free for a later one
         candidates.append(_Candidate(i, cmd, row))
 
-    if len(candidates) == 1 and len(commands) == 1:
-        # Rows first, hot usage rows last: their locks are then held only until the commit.
+    if optimistic and not alone and len(candidates) > queue["room"]:
+        raise PlanNoLongerHolds()  # some will be refused: decide which under the lock
+    if optimistic and candidates:
         accepted = candidates
         await _insert_accepted(tx, principal, accepted, now)
-        await _take_one_slot(tx, principal, queue_id)
+        await _take_slots(tx, principal, queue_id, len(accepted), alone=alone)
     else:
         accepted = await _admit_many(tx, principal, queue, candidates, results)
         if accepted:
@@ -306,19 +329,20 @@ async def admit(tx: Tx, principal: Principal, queue_id: str, commands: list[Subm
     return [r for r in results if r is not None]
 
 
-async def _take_one_slot(tx: Tx, principal: Principal, queue_id: str) -> None:
-    """Single submit: one conditional UPDATE per usage row checks the limit and takes the slot."""
+async def _take_slots(tx: Tx, principal: Principal, queue_id: str, n: int, *, alone: bool) -> None:
+    """One conditional UPDATE per usage row checks the limit and takes `n` slots."""
     taken, app_taken = await tx.raw_counts([
-        ("UPDATE queue_usage SET unfinished = unfinished + 1 WHERE queue_id = ? "
-         "AND unfinished < (SELECT max_unfinished_tasks FROM queues WHERE id = ?)", (queue_id, queue_id)),
-        ("UPDATE application_usage SET unfinished = unfinished + 1 WHERE application_id = ? "
-         "AND unfinished < (SELECT max_unfinished_tasks FROM applications WHERE id = ?)",
-         (principal.application_id, principal.application_id)),
+        ("UPDATE queue_usage SET unfinished = unfinished + ? WHERE queue_id = ? "
+         "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM queues WHERE id = ?)", (n, queue_id, n, queue_id)),
+        ("UPDATE application_usage SET unfinished = unfinished + ? WHERE application_id = ? "
+         "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM applications WHERE id = ?)",
+         (n, principal.application_id, n, principal.application_id)),
     ])
-    if taken != 1:
-        raise queue_full()  # the raised error rolls back the application slot taken beside it
-    if app_taken != 1:
-        raise application_full()
+    if taken == 1 and app_taken == 1:
+        return
+    if not alone:
+        raise PlanNoLongerHolds()  # the rollback returns whichever slots were taken
+    raise queue_full() if taken != 1 else application_full()
 
 
 async def _admit_many(
@@ -379,17 +403,28 @@ async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candida
     await emit_many(tx, [_event(c.row, "task.submitted", priority=c.row["priority"]) for c in accepted])
 
 
-async def submit_task(
-    db: Database, principal: Principal, queue_id: str, cmd: SubmitCommand
-) -> Outcome:
-    async def body(tx: Tx) -> Outcome:
-        (result,) = await admit(tx, principal, queue_id, [cmd])
-        if result.error is not None:
-            raise result.error
-        assert result.outcome is not None
-        return result.outcome
+@dataclass(frozen=True)
+class QueuedSubmit:
+    """One single-task submit waiting to share a transaction with others of its queue."""
 
-    return await db.fast_transaction(body)
+    principal: Principal
+    queue_id: str
+    cmd: SubmitCommand
+
+    @property
+    def group(self) -> str:
+        """Submits may share a transaction when they meet on the same usage rows and namespace."""
+        return f"{self.queue_id}/{self.principal.namespace_id}/{self.principal.application_id}"
+
+
+async def submit_group(db: Database, group: list[QueuedSubmit]) -> list[Admission]:
+    """Single submits of one group that arrived together, admitted in arrival order in one
+    transaction: each keeps its own idempotency record, result and error. A lone submit
+    is refused outright when full; a larger group decides per task under the lock."""
+    first = group[0]
+    commands = [q.cmd for q in group]
+    return await lock_last(db, lambda tx, optimistic: admit(
+        tx, first.principal, first.queue_id, commands, optimistic=optimistic))
 
 
 def _item_json(a: Admission) -> dict[str, Any]:
@@ -405,14 +440,14 @@ async def submit_batch(
     """One transaction for the whole batch; the batch key only recognises a replay of the batch."""
     from .idempotency import lookup, record, reserve
 
-    async def body(tx: Tx) -> Outcome:
+    async def body(tx: Tx, optimistic: bool) -> Outcome:
         previous = await lookup(tx, scope)
         if previous is not None:
             snapshots = [r["task"] for r in previous.data["results"] if "task" in r]
             await _rehydrate(tx, snapshots)
             return previous
         await reserve(tx, scope)
-        results = await admit(tx, principal, queue_id, commands)
+        results = await admit(tx, principal, queue_id, commands, optimistic=optimistic)
         items = [_item_json(a) for a in results]
         stored = [
             {**i, "task": _snapshot_without_payload(i["task"])} if "task" in i else i for i in items
@@ -420,7 +455,7 @@ async def submit_batch(
         await record(tx, scope, {"results": stored}, queue_id)
         return Outcome(False, {"results": items}, queue_id)
 
-    return await db.fast_transaction(body)
+    return await lock_last(db, body)
 
 
 # ------------------------------------------------------------------ reads

@@ -7,10 +7,14 @@ transactions touching the same usage rows take their locks in the same order.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..core.rate_window import RateWindow
-from ..store.db import Tx
+from ..store.db import Database, Tx
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -69,3 +73,17 @@ def _delta_sets(d: Delta) -> tuple[list[str], list[int]]:
             sets.append(f"{col} = {col} + ?")
             params.append(value)
     return sets, params
+
+
+class PlanNoLongerHolds(Exception):
+    """The usage row moved between the unlocked plan and the lock in a way the plan did not allow."""
+
+
+async def lock_last(db: Database, body: Callable[[Tx, bool], Awaitable[T]]) -> T:
+    """Run `body(tx, optimistic=True)`, which plans on unlocked reads and locks the hot usage rows
+    last (held only until the commit); if the plan no longer holds under the lock, it raises
+    `PlanNoLongerHolds` and runs again as `body(tx, False)` with the usage rows locked first."""
+    try:
+        return await db.fast_transaction(lambda tx: body(tx, True))
+    except PlanNoLongerHolds:
+        return await db.fast_transaction(lambda tx: body(tx, False))
