@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import gc
 import os
 import sys
 import time
@@ -112,9 +113,19 @@ def _serve(settings, host: str, port: int, banner: list[str] | None = None, drai
         sys.exit(1)
 
 
+def _tune_gc() -> None:
+    """A node allocates many short-lived containers per frame and per row. With the default
+    gen-0 threshold (700) the cyclic collector ran ~8 % of a busy node's CPU; almost nothing
+    it finds is cyclic garbage. Long-lived start-up objects (modules, routes, models) are
+    moved out of its sight, and young collections run ~30x less often."""
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+
+
 def _run_event_loop(main: Any) -> None:
     """uvloop when installed (uvicorn[standard] brings it): its transports cost a fraction of
     asyncio's per frame and per database round trip."""
+    _tune_gc()
     try:
         import uvloop
     except ImportError:
