@@ -18,7 +18,9 @@ def format_ts(value: datetime | None) -> str | None:
     if value is None:
         return None
     # isoformat, not strftime: `%Y` does not zero-pad years before 1000 on glibc.
-    return to_naive_utc(value).isoformat(timespec="microseconds") + "Z"
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value.isoformat(timespec="microseconds") + "Z"
 
 
 def parse_rfc3339(value: str) -> datetime:

@@ -136,8 +136,8 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
     key = item.get("idempotency_key")
     fields = {k: v for k, v in item.items() if k != "idempotency_key"}
     try:
-        parsed = SubmitTaskItem.model_validate(item)
-        req = SubmitTaskRequest.model_validate(fields)
+        # The item model is the request model plus its key: one validation serves both.
+        parsed = req = SubmitTaskItem.model_validate(item)
         check_payload_size(req, payload_limit)
     except ValidationError as exc:
         err = describe_validation_error(exc)
