@@ -45,6 +45,8 @@ def _time_statements() -> None:
 
         def make(orig=orig, name=name):
             async def timed(self, sql, *a, **k):
+                if self._multi:  # timed statement by statement in one_by_one
+                    return await orig(self, sql, *a, **k)
                 t = time.perf_counter()
                 try:
                     return await orig(self, sql, *a, **k)
@@ -55,6 +57,29 @@ def _time_statements() -> None:
             return timed
 
         setattr(dbmod.Tx, name, make())
+
+    async def one_by_one(self, statements):
+        """`_run_mysql` with every statement of the round trip sent and timed on its own."""
+        d = await self._driver_conn()
+        skip = len(self._deferred)
+        batch, self._deferred = [*self._deferred, *statements], []
+        out = []
+        for i, text in enumerate(batch):
+            t = time.perf_counter()
+            async with d.cursor() as cur:
+                await cur.execute(text)
+                rows = []
+                if cur.description:
+                    names = [c[0] for c in cur.description]
+                    rows = [dict(zip(names, r)) for r in await cur.fetchall()]
+                if i >= skip:
+                    out.append((cur.rowcount, rows))
+            s = STATS[" ".join(text.split()[:4])[:60]]
+            s[0] += 1
+            s[1] += time.perf_counter() - t
+        return out
+
+    dbmod.Tx._run_mysql = one_by_one
 
 
 async def run(url: str, total: int, batch: int) -> dict:
