@@ -289,3 +289,33 @@ async def test_concurrent_submits_sharing_a_transaction_keep_their_own_outcomes(
     ids = {ok(r, 201)["task"]["id"] for r in responses if r.status_code == 201}
     assert len(ids) == 3
     assert await counter_invariant(tenant, q["id"]) == 3
+
+
+async def test_one_key_submitted_through_two_transactions_at_once_creates_one_task(tenant):
+    """As two nodes would: each transaction finds no receipt, and the second one's deferred
+    receipt INSERT meets the first one's key. It runs again and replays the first task."""
+    import asyncio
+
+    from orbit.server.core.permissions import ALL_PERMISSIONS
+    from orbit.server.services import tasks as svc
+    from orbit.server.services.auth import Principal
+
+    q = await tenant.create_queue()
+    who = Principal(tenant.credential_id, tenant.application["id"], tenant.namespace_id,
+                    frozenset(ALL_PERMISSIONS), "*")
+    for round_ in range(5):
+        raw = {"payload": {"round": round_}}
+        cmd = svc.SubmitCommand(f"race-{round_}", svc.submit_digest(q["id"], raw),
+                                svc.SubmitTaskRequest.model_validate(raw), raw)
+        other = svc.SubmitCommand(f"other-{round_}", svc.submit_digest(q["id"], {"payload": 0}),
+                                  svc.SubmitTaskRequest.model_validate({"payload": 0}), {"payload": 0})
+        groups = await asyncio.gather(
+            svc.submit_group(tenant.db, [svc.QueuedSubmit(who, q["id"], cmd)]),
+            svc.submit_group(tenant.db, [svc.QueuedSubmit(who, q["id"], cmd), svc.QueuedSubmit(who, q["id"], other)]),
+        )
+        (a,), (b, c) = groups
+        assert a.error is None and b.error is None and c.error is None
+        assert a.outcome.resource_id == b.outcome.resource_id
+        assert sorted([a.outcome.deduplicated, b.outcome.deduplicated]) == [False, True]
+        assert not c.outcome.deduplicated
+    assert await counter_invariant(tenant, q["id"]) == 10

@@ -385,14 +385,17 @@ async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candida
         stored = _snapshot_without_payload(task_json(c.row))
         records.append((principal.namespace_id, OP_SUBMIT, c.cmd.key, c.cmd.digest, c.row["id"],
                         orjson.dumps({"task": stored}).decode(), now))
+    # A concurrent request may hold one of these keys: the duplicate-key error (here, or with
+    # a later round trip that carries this deferred INSERT) runs the transaction again to replay it.
+    tx.duplicate_means_retry = True
     try:
-        await tx.raw_many(
+        await tx.defer_many(
             "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
             records,
         )
     except Exception as exc:
-        if is_duplicate_key(exc):  # a concurrent request holds one of these keys: replay it
+        if is_duplicate_key(exc):
             raise RetryTransaction() from exc
         raise
     cols = list(accepted[0].row)

@@ -156,6 +156,9 @@ class Tx:
     _multi: bool = False
     _deferred: list[str] = field(default_factory=list)
     _escaper: Any = None
+    # Set when a deferred INSERT may meet a concurrent writer's unique key (an idempotency
+    # record): the duplicate-key error then means "run again and replay", wherever it surfaces.
+    duplicate_means_retry: bool = False
 
     @property
     def now_column(self) -> str:
@@ -468,10 +471,16 @@ class Database:
                 await self._prepare_driver_conn(conn)
                 # No BEGIN round trip: with autocommit off the first statement opens the transaction.
                 tx = Tx(None, self.dialect, _driver=conn, _multi=True)  # type: ignore[arg-type]
-                result = await fn(tx)
-                state["committing"] = True
-                if not await tx.commit_deferred():
-                    await conn.commit()
+                try:
+                    result = await fn(tx)
+                    state["committing"] = True
+                    if not await tx.commit_deferred():
+                        await conn.commit()
+                except Exception as exc:
+                    if tx.duplicate_means_retry and is_duplicate_key(exc):
+                        state["committing"] = False  # nothing was committed: the COMMIT never ran
+                        raise RetryTransaction() from exc
+                    raise
                 return result
             except BaseException:
                 try:
