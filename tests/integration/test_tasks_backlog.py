@@ -92,3 +92,15 @@ async def test_deadline_sweep_fails_waiting_tasks(tenant):
     t = (await tenant.get(f"/v1/tasks/{task_id}")).json()["data"]
     assert t["state"] == "FAILED" and t["error"]["code"] == "DEADLINE_EXCEEDED" and t["finished_at"]
     assert await unfinished_matches(tenant, q["id"]) == 0
+
+
+async def test_hot_path_connections_run_in_strict_mode(db):
+    """Backlog slots are taken by guarded UPDATEs that fail on NULL (store/db.py BAD_NULL);
+    without strict mode NULL would be stored as 0. The driver connections force it on."""
+    if db.dialect != "mysql":
+        pytest.skip("SQLite takes slots with counted UPDATEs")
+
+    async def mode(tx):
+        return (await tx.raw_rows_multi([("SELECT @@SESSION.sql_mode AS m", ())]))[0][0]["m"]
+
+    assert "STRICT_TRANS_TABLES" in (await db.fast_transaction(mode)).split(",")

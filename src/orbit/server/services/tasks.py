@@ -32,7 +32,7 @@ from ..errors import (
     queue_full,
     state_conflict,
 )
-from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key, placeholders
+from ..store.db import BAD_NULL, DUPLICATE_KEY, Database, RetryTransaction, Tx, is_duplicate_key, placeholders
 from ..store.tables import leases, queues, tasks
 from .auth import Principal
 from .idempotency import IdempotencyScope, Outcome, request_digest
@@ -330,7 +330,23 @@ async def admit(
 
 
 async def _take_slots(tx: Tx, principal: Principal, queue_id: str, n: int, *, alone: bool) -> None:
-    """One conditional UPDATE per usage row checks the limit and takes `n` slots."""
+    """Take `n` backlog slots in the queue and the application if both have room.
+
+    On MySQL the two guarded UPDATEs are deferred: they travel with the COMMIT, so the hot
+    usage rows are locked for no network round trip at all. A row without room sets its
+    counter to NULL, which fails the statement (strict mode) before the COMMIT runs; the
+    transaction is then decided again under the lock (`usage.lock_last`), which also tells
+    which limit refused and, in a batch, which items still fit.
+    """
+    queue_sql = ("UPDATE queue_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks "
+                 "FROM queues WHERE id = ?) THEN unfinished + ? ELSE NULL END WHERE queue_id = ?")
+    app_sql = ("UPDATE application_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks "
+               "FROM applications WHERE id = ?) THEN unfinished + ? ELSE NULL END WHERE application_id = ?")
+    if tx.is_mysql and tx.deferring:
+        tx.error_means(BAD_NULL, PlanNoLongerHolds)
+        await tx.defer(queue_sql, (n, queue_id, n, queue_id))
+        await tx.defer(app_sql, (n, principal.application_id, n, principal.application_id))
+        return
     taken, app_taken = await tx.raw_counts([
         ("UPDATE queue_usage SET unfinished = unfinished + ? WHERE queue_id = ? "
          "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM queues WHERE id = ?)", (n, queue_id, n, queue_id)),
@@ -387,7 +403,7 @@ async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candida
                         orjson.dumps({"task": stored}).decode(), now))
     # A concurrent request may hold one of these keys: the duplicate-key error (here, or with
     # a later round trip that carries this deferred INSERT) runs the transaction again to replay it.
-    tx.duplicate_means_retry = True
+    tx.error_means(DUPLICATE_KEY, RetryTransaction)
     try:
         await tx.defer_many(
             "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "

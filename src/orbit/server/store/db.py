@@ -33,6 +33,7 @@ RETRYABLE_MYSQL_ERRORS = {1213, 1205}
 LOCK_WAIT_TIMEOUT = 1205
 MAX_LOCK_WAIT_RETRIES = 2
 DUPLICATE_KEY = 1062
+BAD_NULL = 1048  # "Column … cannot be null" (strict mode): how a guarded deferred UPDATE says no
 MAX_ATTEMPTS = 12
 
 
@@ -156,9 +157,18 @@ class Tx:
     _multi: bool = False
     _deferred: list[str] = field(default_factory=list)
     _escaper: Any = None
-    # Set when a deferred INSERT may meet a concurrent writer's unique key (an idempotency
-    # record): the duplicate-key error then means "run again and replay", wherever it surfaces.
-    duplicate_means_retry: bool = False
+    # MySQL error code -> exception to raise instead, for errors a deferred write may cause:
+    # they surface with whichever later round trip (or the COMMIT) carries that write.
+    _meanings: dict[int, Callable[[], Exception]] = field(default_factory=dict)
+
+    def error_means(self, code: int, exception: Callable[[], Exception]) -> None:
+        """From now on in this transaction, a MySQL error `code` raises `exception()` instead."""
+        self._meanings[code] = exception
+
+    def meaning_of(self, exc: BaseException) -> Exception | None:
+        code = mysql_error_code(exc) if self._meanings else None
+        factory = self._meanings.get(code) if code is not None else None
+        return factory() if factory is not None else None
 
     @property
     def now_column(self) -> str:
@@ -362,6 +372,11 @@ class Tx:
         return self._now
 
     @property
+    def deferring(self) -> bool:
+        """Whether `defer` really waits for the next round trip (a multi-statement connection)."""
+        return self._multi
+
+    @property
     def is_mysql(self) -> bool:
         return self.dialect == "mysql"
 
@@ -477,9 +492,10 @@ class Database:
                     if not await tx.commit_deferred():
                         await conn.commit()
                 except Exception as exc:
-                    if tx.duplicate_means_retry and is_duplicate_key(exc):
-                        state["committing"] = False  # nothing was committed: the COMMIT never ran
-                        raise RetryTransaction() from exc
+                    meaning = tx.meaning_of(exc)
+                    if meaning is not None:
+                        state["committing"] = False  # a statement before the COMMIT failed: it never ran
+                        raise meaning from exc
                     raise
                 return result
             except BaseException:
@@ -540,6 +556,9 @@ class Database:
             await cur.execute("SET SESSION time_zone = '+00:00'")
             await cur.execute("SET SESSION innodb_lock_wait_timeout = 5")
             await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            # Guarded writes (see BAD_NULL) rely on strict mode: without it, NULL into a NOT NULL
+            # column would store 0 with a warning instead of failing the statement.
+            await cur.execute("SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_TRANS_TABLES')")
             try:
                 await cur.execute("SET SESSION idle_transaction_timeout = 15")
             except Exception:
