@@ -24,24 +24,39 @@ class RawConnection:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
+    async def _send(self, request: bytes) -> bytes:
+        """Write the request and return the response's status line."""
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
+        assert self._reader is not None
+        self._writer.write(request)
+        status_line = await self._reader.readline()
+        if not status_line:
+            raise ConnectionError("server closed the connection")
+        return status_line
+
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._reader = self._writer = None
 
     async def post(self, path: str, body: object, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """POST JSON; a kept-alive connection the server closed meanwhile (uvicorn drops idle
+        ones after 5 s) is replaced once, as HTTP clients do (Orbit's writes carry keys)."""
         data = orjson.dumps(body)
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
         head = (f"POST {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(data)}\r\n").encode()
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
-        assert self._reader is not None
-        self._writer.write(head + self._auth + extra + b"\r\n" + data)
-        status_line = await self._reader.readline()
-        if not status_line:
+        request = head + self._auth + extra + b"\r\n" + data
+        reused = self._writer is not None
+        try:
+            status_line = await self._send(request)
+        except (ConnectionError, asyncio.IncompleteReadError):
             await self.close()
-            raise ConnectionError("server closed the connection")
+            if not reused:
+                raise
+            status_line = await self._send(request)
+        assert self._reader is not None
         status = int(status_line.split(b" ", 2)[1])
         length, close = 0, False
         while True:
