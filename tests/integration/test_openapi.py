@@ -4,6 +4,7 @@ content types and response schemas)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Any
@@ -123,6 +124,15 @@ def cases(mode: GenerationMode, ops: list[Any]):
     return st.tuples(st.one_of([op.as_strategy(generation_mode=mode) for op in ops]), st.booleans())
 
 
+def _encode(body: Any) -> bytes:
+    """JSON for a generated body; the standard library takes the integers beyond 64 bits
+    that schemathesis draws and orjson refuses."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body).encode()
+
+
 async def send(http, case, token: str):
     """Send a generated case in-process; a generated Authorization header becomes a valid token,
     an omitted one (a negative case) stays omitted."""
@@ -130,7 +140,7 @@ async def send(http, case, token: str):
     headers = {k: v for k, v in kwargs["headers"].items() if k.lower() != "authorization"}
     if len(headers) != len(kwargs["headers"]):
         headers["Authorization"] = f"Bearer {token}"
-    content = orjson.dumps(kwargs["json"]) if "json" in kwargs else kwargs.get("data")
+    content = _encode(kwargs["json"]) if "json" in kwargs else kwargs.get("data")
     return await http.request(
         kwargs["method"], kwargs["url"], headers=headers, params=kwargs.get("params") or None, content=content
     )

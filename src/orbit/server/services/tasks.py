@@ -152,6 +152,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
 class Admission:
     outcome: Outcome | None = None
     error: ApiError | None = None
+    stored: bytes | None = None  # a new task's receipt snapshot (no payload), already serialized
 
 
 def _new_task_row(
@@ -247,6 +248,8 @@ class _Candidate:
     index: int
     cmd: SubmitCommand
     row: dict[str, Any]
+    task: dict[str, Any] | None = None  # the task object, once accepted
+    stored: bytes = b""  # its receipt snapshot (no payload), serialized
 
 
 async def admit(
@@ -310,8 +313,7 @@ async def admit(
         if accepted:
             await _insert_accepted(tx, principal, accepted, now)
     for c in accepted:
-        task = task_json(c.row, payload=orjson.Fragment(c.row["payload"]))
-        results[c.index] = Admission(outcome=Outcome(False, {"task": task}, c.row["id"]))
+        results[c.index] = Admission(outcome=Outcome(False, {"task": c.task}, c.row["id"]), stored=c.stored)
 
     # Later items reusing a candidate's key replay (or conflict with) it. A candidate refused as
     # QUEUE_FULL/APPLICATION_FULL left no record, and any later new item is refused the same way.
@@ -395,12 +397,14 @@ async def _admit_many(
 
 
 async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candidate], now: datetime) -> None:
-    """Tasks, their receipts (without payload) and `task.submitted` events, one statement each."""
+    """Tasks, their receipts (without payload) and `task.submitted` events, one statement each.
+    Sets each candidate's task object, which its receipt stores."""
     records = []
     for c in accepted:
-        stored = _snapshot_without_payload(task_json(c.row))
+        c.task = task_json(c.row, payload=orjson.Fragment(c.row["payload"]))
+        c.stored = orjson.dumps(_snapshot_without_payload(c.task))
         records.append((principal.namespace_id, OP_SUBMIT, c.cmd.key, c.cmd.digest, c.row["id"],
-                        orjson.dumps({"task": stored}).decode(), now))
+                        '{"task":' + c.stored.decode() + "}", now))
     # A concurrent request may hold one of these keys: the duplicate-key error (here, or with
     # a later round trip that carries this deferred INSERT) runs the transaction again to replay it.
     tx.error_means(DUPLICATE_KEY, RetryTransaction)
@@ -469,7 +473,9 @@ async def submit_batch(
         results = await admit(tx, principal, queue_id, commands, optimistic=optimistic)
         items = [_item_json(a) for a in results]
         stored = [
-            {**i, "task": _snapshot_without_payload(i["task"])} if "task" in i else i for i in items
+            {"deduplicated": False, "task": orjson.Fragment(a.stored)} if a.stored is not None
+            else {**i, "task": _snapshot_without_payload(i["task"])} if "task" in i else i
+            for a, i in zip(results, items)
         ]
         await record(tx, scope, {"results": stored}, queue_id)
         return Outcome(False, {"results": items}, queue_id)
