@@ -8,8 +8,8 @@ lock-wait errors, so it must not touch the network other than the database.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -120,14 +120,24 @@ def placeholders(n: int) -> str:
     return ", ".join("?" * n)
 
 
-# What the driver escapes inside a quoted string (without NO_BACKSLASH_ESCAPES), as PyMySQL does.
-_MYSQL_SPECIAL = re.compile("[\\\\'\"\0\n\r\032]")
-
-
 def _mysql_escape(value: str) -> str:
-    """The driver's string escaping; a chain of replaces runs ~10x faster than str.translate."""
-    return (value.replace("\\", "\\\\").replace("'", "\\'").replace('"', '\\"').replace("\0", "\\0")
-            .replace("\n", "\\n").replace("\r", "\\r").replace("\032", "\\Z"))
+    """The driver's string escaping (without NO_BACKSLASH_ESCAPES, as PyMySQL does). Replaces run ~10x faster than str.translate, and only
+    those whose character occurs (JSON text has quotes, rarely the rest): half the time again."""
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")  # first: the escapes below add backslashes
+    if "'" in value:
+        value = value.replace("'", "\\'")
+    if '"' in value:
+        value = value.replace('"', '\\"')
+    if "\0" in value:
+        value = value.replace("\0", "\\0")
+    if "\n" in value:
+        value = value.replace("\n", "\\n")
+    if "\r" in value:
+        value = value.replace("\r", "\\r")
+    if "\032" in value:
+        value = value.replace("\032", "\\Z")
+    return value
 
 
 def _sqlite_param(value: Any) -> Any:
@@ -157,6 +167,8 @@ class Tx:
     _multi: bool = False
     _deferred: list[str] = field(default_factory=list)
     _escaper: Any = None
+    _last_time: datetime | None = None
+    _last_time_sql: str = ""
     # MySQL error code -> exception to raise instead, for errors a deferred write may cause:
     # they surface with whichever later round trip (or the COMMIT) carries that write.
     _meanings: dict[int, Callable[[], Exception]] = field(default_factory=dict)
@@ -219,8 +231,6 @@ class Tx:
         per-value dispatch (escaping was the largest CPU cost of a grouped write)."""
         t = type(value)
         if t is str:
-            if _MYSQL_SPECIAL.search(value) is None:
-                return "'" + value + "'"
             return "'" + _mysql_escape(value) + "'"
         if t is int:
             return str(value)
@@ -229,7 +239,10 @@ class Tx:
         if t is bool:
             return "1" if value else "0"
         if t is datetime:
-            return "'" + value.isoformat(" ") + "'"
+            # A transaction stamps many rows with one clock reading: format it once.
+            if value is not self._last_time:
+                self._last_time, self._last_time_sql = value, "'" + value.isoformat(" ") + "'"
+            return self._last_time_sql
         if self._escaper is None:
             self._escaper = self._driver.cursor()
         return self._escaper.mogrify("%s", (value,))
@@ -634,5 +647,15 @@ class Database:
 
 
 def null_pool_engine(url: str) -> AsyncEngine:
-    """A short-lived engine for admin commands and migrations."""
-    return create_async_engine(normalize_url(url), poolclass=NullPool)
+    """A short-lived engine for admin commands and migrations.
+
+    A SQLite file in a directory that does not exist is refused here, with a plain message:
+    aiosqlite's failed connect could otherwise answer from its thread after the command's
+    event loop had closed, and print a traceback beside the one-line error."""
+    normalized = normalize_url(url)
+    parsed = make_url(normalized)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        parent = os.path.dirname(os.path.abspath(parsed.database))
+        if not os.path.isdir(parent):
+            raise ValueError(f"the SQLite database's directory {parent} does not exist")
+    return create_async_engine(normalized, poolclass=NullPool)
