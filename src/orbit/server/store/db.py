@@ -120,23 +120,18 @@ def placeholders(n: int) -> str:
     return ", ".join("?" * n)
 
 
+# What the driver escapes inside a quoted string; the backslash first, since the others add one.
+_MYSQL_ESCAPES = (("\\", "\\\\"), ("'", "\\'"), ('"', '\\"'), ("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"),
+                  ("\032", "\\Z"))
+
+
 def _mysql_escape(value: str) -> str:
-    """The driver's string escaping (without NO_BACKSLASH_ESCAPES, as PyMySQL does). Replaces run ~10x faster than str.translate, and only
-    those whose character occurs (JSON text has quotes, rarely the rest): half the time again."""
-    if "\\" in value:
-        value = value.replace("\\", "\\\\")  # first: the escapes below add backslashes
-    if "'" in value:
-        value = value.replace("'", "\\'")
-    if '"' in value:
-        value = value.replace('"', '\\"')
-    if "\0" in value:
-        value = value.replace("\0", "\\0")
-    if "\n" in value:
-        value = value.replace("\n", "\\n")
-    if "\r" in value:
-        value = value.replace("\r", "\\r")
-    if "\032" in value:
-        value = value.replace("\032", "\\Z")
+    """The driver's string escaping (without NO_BACKSLASH_ESCAPES, as PyMySQL does). Replaces run
+    ~10x faster than str.translate, and only those whose character occurs (JSON text has quotes,
+    rarely the rest) about half the time again."""
+    for char, escaped in _MYSQL_ESCAPES:
+        if char in value:
+            value = value.replace(char, escaped)
     return value
 
 
