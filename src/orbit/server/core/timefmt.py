@@ -28,8 +28,7 @@ def format_ts(value: datetime | None) -> str | None:
     if value is last[0]:
         return last[1]
     # isoformat, not strftime: `%Y` does not zero-pad years before 1000 on glibc.
-    text = (value if value.tzinfo is None else value.astimezone(timezone.utc).replace(tzinfo=None)).isoformat(
-        timespec="microseconds") + "Z"
+    text = to_naive_utc(value).isoformat(timespec="microseconds") + "Z"
     _last = (value, text)
     return text
 
