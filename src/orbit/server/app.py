@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
@@ -17,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .batching import KeyedBatcher
 from .config import Settings
+from .loops import BackgroundLoops
 from .errors import ApiError, invalid_argument, unavailable
 from .http import health, queues, tasks
 from .http.common import error_body, error_response
@@ -120,18 +120,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(request, ApiError(exc.status_code, "INVALID_ARGUMENT", str(exc.detail)))
 
 
-async def _every(seconds: float, name: str, fn) -> None:
-    """Run ``fn`` forever, logging failures; one loop never stops the others."""
-    while True:
-        try:
-            await fn()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.warning("background_loop_failed", loop=name, exc_info=True)
-        await asyncio.sleep(seconds)
-
-
 def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     owns_db = db is None
     database = db or Database(settings.database_url, pool_size=settings.pool_size)
@@ -139,31 +127,19 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loops: list[asyncio.Task] = []
+        loops = BackgroundLoops()
         hub: WorkerHub = app.state.hub
         hub.start()
         if settings.background_loops:
             retention = timedelta(seconds=settings.idempotency_retention_seconds)
-            loops.append(
-                asyncio.create_task(
-                    _every(60, "idempotency_prune", lambda: idempotency.prune(database, retention))
-                )
-            )
-            loops.append(asyncio.create_task(
-                _every(0.5, "deadline_sweep", lambda: task_service.sweep_deadlines(database))
-            ))
-            loops.append(asyncio.create_task(
-                _every(0.5, "lease_recovery", lambda: dispatch.recover_expired_leases(database))
-            ))
+            loops.every(60, "idempotency_prune", lambda: idempotency.prune(database, retention))
+            loops.every(0.5, "deadline_sweep", lambda: task_service.sweep_deadlines(database))
+            loops.every(0.5, "lease_recovery", lambda: dispatch.recover_expired_leases(database))
         try:
             yield
         finally:
             app.state.draining = True
-            for t in loops:
-                t.cancel()
-            for t in loops:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+            await loops.stop()
             await hub.stop()
             await app.state.submits.stop()
             if owns_db:

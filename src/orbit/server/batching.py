@@ -135,6 +135,9 @@ class KeyedBatcher(Generic[C, R]):
                 try:
                     replies = await self._run([c for c, _ in batch])
                 except Exception as exc:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise asyncio.CancelledError from exc  # the driver reported our cancel as its error
                     log.warning("batch_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
                     for _, fut in batch:
                         if not fut.done():

@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 
 from ..batching import GroupCommitter, KeyedBatcher
 from ..core.ids import new_id
+from ..loops import BackgroundLoops
 from ..services import dispatch
 from ..store.db import Database, Tx
 from ..store.tables import credentials, leases, tasks
@@ -61,7 +62,7 @@ class WorkerHub:
         self.draining = False
         self.drain_deadline_ms = 0
         self._push_wake = asyncio.Event()
-        self._loops: list[asyncio.Task] = []
+        self._loops = BackgroundLoops()
         self.starts = GroupCommitter("start", lambda cmds: dispatch.start(db, cmds))
         self.renews = GroupCommitter("renew", lambda cmds: dispatch.renew(db, cmds))
         self.completes = GroupCommitter("complete", lambda cmds: dispatch.complete(db, cmds))
@@ -73,15 +74,11 @@ class WorkerHub:
     def start(self) -> None:
         for gc in (self.starts, self.renews, self.completes):
             gc.start()
-        self._loops.append(asyncio.create_task(self._push_loop(), name="worker-push"))
-        self._loops.append(asyncio.create_task(self._revocation_loop(), name="worker-revocation"))
+        self._loops.every(PUSH_INTERVAL, "worker_push", self._push_once, wake=self._push_wake)
+        self._loops.every(REVOCATION_INTERVAL, "worker_revocation", self._close_revoked_sessions)
 
     async def stop(self) -> None:
-        for t in self._loops:
-            t.cancel()
-        for t in self._loops:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await self._loops.stop()
         for gc in (self.starts, self.renews, self.completes):
             await gc.stop()
         await self.claims.stop()
@@ -119,18 +116,6 @@ class WorkerHub:
 
         return await self.db.read(read)
 
-    async def _push_loop(self) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._push_wake.wait(), PUSH_INTERVAL)
-            self._push_wake.clear()
-            try:
-                await self._push_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("push_loop_failed", exc_info=True)
-
     async def _push_once(self) -> None:
         async def read(tx: Tx):
             return await tx.all(
@@ -161,23 +146,18 @@ class WorkerHub:
 
         await self.db.transaction(clear)
 
-    async def _revocation_loop(self) -> None:
+    async def _close_revoked_sessions(self) -> None:
         """Close sessions of revoked credentials within a few seconds."""
-        while True:
-            await asyncio.sleep(REVOCATION_INTERVAL)
-            creds = {s.identity.principal.credential_id for s in self.sessions.values() if s.identity}
-            if not creds:
-                continue
-            try:
-                async def read(tx: Tx):
-                    return await tx.all(
-                        select(credentials.c.id).where(credentials.c.id.in_(creds), credentials.c.revoked_at.is_not(None))
-                    )
+        creds = {s.identity.principal.credential_id for s in self.sessions.values() if s.identity}
+        if not creds:
+            return
 
-                revoked = {r["id"] for r in await self.db.read(read)}
-            except Exception:
-                log.warning("revocation_check_failed", exc_info=True)
-                continue
-            for s in list(self.sessions.values()):
-                if s.identity and s.identity.principal.credential_id in revoked:
-                    await s.close(4401, "credential revoked")
+        async def read(tx: Tx):
+            return await tx.all(
+                select(credentials.c.id).where(credentials.c.id.in_(creds), credentials.c.revoked_at.is_not(None))
+            )
+
+        revoked = {r["id"] for r in await self.db.read(read)}
+        for s in list(self.sessions.values()):
+            if s.identity and s.identity.principal.credential_id in revoked:
+                await s.close(4401, "credential revoked")
