@@ -29,6 +29,10 @@ def free_port() -> int:
 
 
 def _cli(name: str) -> list[str]:
+    """The command of `orbit` / `orbit-admin`; ORBIT_BENCH_SERVER_CMD replaces `orbit` (e.g. a
+    wrapper that instruments the server)."""
+    if name == "orbit" and os.environ.get("ORBIT_BENCH_SERVER_CMD"):
+        return os.environ["ORBIT_BENCH_SERVER_CMD"].split()
     exe = shutil.which(name)
     if exe:
         return [exe]

@@ -361,17 +361,29 @@ LEASE_TIMES = ("leased_at", "expires_at", "started_at")
 
 
 async def _lock_for_leases(
-    tx: Tx, lease_ids: list[str], also: Callable[[list[str]], list[tuple[str, Any]]] | None = None
+    tx: Tx, lease_ids: list[str], also: Callable[[list[str]], list[tuple[str, Any]]] | None = None,
+    located: dict[str, tuple[str, str]] | None = None,
 ) -> _Locked:
     """Lock the leases' task rows, then the lease rows (the global order), in one round trip
-    after the id lookup; `also` adds reads about the leases' queues to that round trip."""
+    after the id lookup; `also` adds reads about the leases' queues to that round trip.
+
+    `located` maps lease ids to their (task id, queue id), which never change: the session
+    that granted a lease knows them, and when it knows all of them the lookup round trip is
+    skipped (the clock is then read in the lock round trip, after the locks)."""
     ids = sorted(set(lease_ids))
-    found = await tx.raw_rows(
-        f"SELECT id, task_id, queue_id{tx.now_column} FROM leases WHERE id IN ({placeholders(len(ids))})", ids)
+    located = located or {}
+    unknown = [i for i in ids if i not in located]
+    found = [{"id": i, "task_id": located[i][0], "queue_id": located[i][1]} for i in ids if i in located]
+    if unknown:
+        rows = await tx.raw_rows(
+            f"SELECT id, task_id, queue_id{tx.now_column} FROM leases WHERE id IN ({placeholders(len(unknown))})",
+            unknown)
+        if rows:
+            tx.take_now(rows[0])
+        found += rows
     locked = _Locked()
     if not found:
         return locked
-    tx.take_now(found[0])
     task_ids = sorted({r["task_id"] for r in found})
     lease_ids_found = sorted(r["id"] for r in found)
     reads: list[tuple[str, Any]] = [
@@ -382,11 +394,23 @@ async def _lock_for_leases(
     ]
     if also is not None:
         reads += also(sorted({r["queue_id"] for r in found}))
+    clock = not unknown and tx.is_mysql
+    if clock:
+        reads.append(("SELECT NOW(6) AS db_now", ()))
     task_rows, lease_rows, *locked.also = await tx.raw_rows_multi(
         reads, datetimes=(*TASK_TIMES, *LEASE_TIMES, "rate_window_start"))
+    if clock:
+        tx.take_now(locked.also.pop()[0])
     locked.tasks = {r["id"]: r for r in task_rows}
     locked.leases = {r["id"]: r for r in lease_rows}
+    for lease in lease_rows:
+        if lease["task_id"] not in locked.tasks:
+            raise RuntimeError(f"lease {lease['id']} is not on the task its session located it on")
     return locked
+
+
+def _located(commands: list[Any]) -> dict[str, tuple[str, str]]:
+    return {c.lease_id: c.located for c in commands if c.located is not None}
 
 
 def _lease_current(lease: dict[str, Any], now: datetime) -> bool:
@@ -453,6 +477,7 @@ class StartCommand:
     credential_id: str
     msg_id: str
     lease_id: str
+    located: tuple[str, str] | None = None  # (task id, queue id) when the session granted the lease
 
 
 async def start(db: Database, commands: list[StartCommand]) -> list[dict[str, Any]]:
@@ -580,7 +605,7 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
                 (f"SELECT id, paused, rate_per_second FROM queues WHERE id IN ({placeholders(len(queue_ids))})",
                  queue_ids)]
 
-    locked = await _lock_for_leases(tx, [c.lease_id for c in commands], queue_reads)
+    locked = await _lock_for_leases(tx, [c.lease_id for c in commands], queue_reads, _located(commands))
     queue_ids = sorted({locked.leases[c.lease_id]["queue_id"] for c in commands if c.lease_id in locked.leases})
     windows, controls = {}, {}
     if locked.also:
@@ -673,6 +698,7 @@ class CompleteCommand:
     result: Any = None
     error_message: str | None = None
     retryable: bool = True
+    located: tuple[str, str] | None = None  # as in StartCommand
 
 
 def _retry_or_fail(
@@ -703,7 +729,7 @@ async def complete(db: Database, commands: list[CompleteCommand]) -> list[dict[s
     """Record outcomes (and releases). Reports for leases no longer current are late evidence."""
 
     async def body(tx: Tx) -> list[dict[str, Any]]:
-        locked = await _lock_for_leases(tx, [c.lease_id for c in commands])
+        locked = await _lock_for_leases(tx, [c.lease_id for c in commands], located=_located(commands))
         now = await tx.now()
         w = _Writes()
         replies = []

@@ -28,6 +28,8 @@ log = structlog.get_logger("orbit.ws")
 
 MAX_FRAME_BYTES = 1024 * 1024
 MAX_IN_FLIGHT = 256
+# Leases a session remembers having granted (see `_granted`); beyond this the oldest are forgotten.
+MAX_REMEMBERED_LEASES = 10_000
 
 
 class FrameError(Exception):
@@ -78,6 +80,10 @@ class WorkerSession:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        # lease id -> (task id, queue id) of the leases this session granted: lets their Start and
+        # report skip the database lookup of where the lease lives. Only a hint for finding rows:
+        # every check is made on the locked rows.
+        self._granted: dict[str, tuple[str, str]] = {}
 
     async def send(self, message: dict[str, Any]) -> None:
         if self._closed:
@@ -209,6 +215,7 @@ class WorkerSession:
             reply = await self.hub.claims.submit(
                 queue_id, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
             if not reply["ok"] or reply["tasks"]:
+                self._remember(reply)
                 return reply
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -218,7 +225,7 @@ class WorkerSession:
     async def _on_start(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
         lease_id = _id_field(frame, "lease_id")
         return await self.hub.starts.submit(
-            dispatch.StartCommand(self.principal.credential_id, msg_id, lease_id)
+            dispatch.StartCommand(self.principal.credential_id, msg_id, lease_id, self._granted.get(lease_id))
         )
 
     async def _on_renew(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
@@ -250,20 +257,30 @@ class WorkerSession:
         if outcome != "succeeded" and "result" in frame:
             raise FrameError("INVALID_ARGUMENT", "result: only allowed with outcome succeeded")
         reply = await self.hub.completes.submit(dispatch.CompleteCommand(
-            self.principal.credential_id, msg_id, lease_id, outcome, result, error_message, retryable
+            self.principal.credential_id, msg_id, lease_id, outcome, result, error_message, retryable,
+            self._granted.get(lease_id),
         ))
-        self._freed(frame)
+        self._freed(frame, lease_id, reply)
         return reply
 
     async def _on_release(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
         lease_id = _id_field(frame, "lease_id")
         reply = await self.hub.completes.submit(
-            dispatch.CompleteCommand(self.principal.credential_id, msg_id, lease_id, "release")
+            dispatch.CompleteCommand(self.principal.credential_id, msg_id, lease_id, "release",
+                                     located=self._granted.get(lease_id))
         )
-        self._freed(frame)
+        self._freed(frame, lease_id, reply)
         return reply
 
-    def _freed(self, frame: dict[str, Any]) -> None:
+    def _remember(self, reply: dict[str, Any]) -> None:
+        for t in reply.get("tasks", ()):
+            self._granted[t["lease_id"]] = (t["task_id"], t["queue_id"])
+        while len(self._granted) > MAX_REMEMBERED_LEASES:
+            del self._granted[next(iter(self._granted))]
+
+    def _freed(self, frame: dict[str, Any], lease_id: str, reply: dict[str, Any]) -> None:
         """A permit may have been freed: wake long polls of this session's queues on this node."""
+        if reply.get("ok"):
+            self._granted.pop(lease_id, None)
         for q in self.queues:
             self.hub.notifier.notify(q)
