@@ -228,3 +228,23 @@ async def test_permissions_are_rechecked_on_replays(tenant, db):
     assert ok(await tenant.post("/v1/queues", body, key=key, token=manager)) == {"deduplicated": True, "queue": q}
     r = await tenant.post(f"/v1/queues/{q['id']}:configure", configure_body("1"), key=ckey, token=manager)
     assert ok(r) == {"deduplicated": True, "queue": configured["queue"]}
+
+
+async def test_a_revoked_credential_cannot_submit_even_after_it_submitted_before(tenant, db):
+    """Single submits re-check revocation inside their transaction instead of looking the token up
+    first: a token that already submitted (and is known to the node) must still be refused."""
+    q = await tenant.create_queue()
+    token = await tenant.credential(["tasks:submit"])
+    path = f"/v1/queues/{q['id']}/tasks"
+    ok(await call(tenant, "POST", path, {"payload": {"n": 1}}, f"Bearer {token}"), 201)
+
+    async def revoke(tx):
+        return await tenancy.revoke_credential(tx, token[4:36], "leaked in a log")
+
+    assert await db.transaction(revoke) is True
+    before = await state(db, tenant.namespace_id)
+    for body in ({"payload": {"n": 2}}, {"payload": {"n": 2}, "unknown": True}, {"priority": "high"}):
+        assert_error(await call(tenant, "POST", path, body, f"Bearer {token}"), 401, "UNAUTHENTICATED")
+    assert await state(db, tenant.namespace_id) == before
+    # Other credentials of the namespace keep working.
+    ok(await call(tenant, "POST", path, {"payload": {"n": 3}}, f"Bearer {tenant.token}"), 201)

@@ -25,6 +25,7 @@ from .ws import route as worker_route
 from .ws.hub import WorkerHub
 from .services import dispatch
 from .services import idempotency
+from .services.auth import TokenCache
 from .services import tasks as task_service
 from .store import migrate
 from .store.db import Database, DatabaseUnavailable
@@ -157,6 +158,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.state.db = database
     app.state.draining = False
     app.state.hub = WorkerHub(database, settings.node_id)
+    app.state.tokens = TokenCache()
     app.state.submits = KeyedBatcher("submit", lambda group: task_service.submit_group(database, group), max_batch=100)
 
     schema_checked = {"at": 0.0, "ok": False}

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..._rules import is_idempotency_key
 from ..errors import ApiError, describe_validation_error, invalid_argument
-from ..services.auth import Principal, authenticate
+from ..services.auth import Principal, authenticate, authenticate_for_write
 from ..services.idempotency import IdempotencyScope, Outcome, request_digest
 from ..services.outbox import Actor
 
@@ -52,6 +52,12 @@ def outcome_response(request: Request, outcome: Outcome, created_status: int = 2
 
 async def principal(request: Request) -> Principal:
     return await authenticate(request.app.state.db, request.headers.get("authorization"))
+
+
+async def principal_for_write(request: Request) -> tuple[Principal, bool]:
+    """For writes that re-check revocation in their transaction: (principal, verified)."""
+    return await authenticate_for_write(request.app.state.db, request.app.state.tokens,
+                                        request.headers.get("authorization"))
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:

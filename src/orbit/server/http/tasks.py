@@ -16,9 +16,9 @@ from ...models import (
     TaskPage,
 )
 
-from ..errors import invalid_argument
+from ..errors import ApiError, invalid_argument
 from ..services import tasks as svc
-from ..services.auth import Principal
+from ..services.auth import Principal, TokenCache
 from ..services.idempotency import IdempotencyScope, request_digest
 from .common import (
     decode_cursor,
@@ -27,6 +27,7 @@ from .common import (
     json_response,
     outcome_response,
     principal,
+    principal_for_write,
     read_body,
     write_context,
 )
@@ -49,21 +50,37 @@ WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
     summary="Submit a task",
 )
 async def submit_task(request: Request, queue_id: str):
-    who = await principal(request)
-    who.require("tasks:submit")
-    who.require_queue(queue_id)
-    raw, req = await read_body(request, SubmitTaskRequest)
-    svc.check_payload_size(req, request.app.state.settings.max_payload_bytes)
-    key = idempotency_key(request)
+    who, verified = await principal_for_write(request)
+    try:
+        who.require("tasks:submit")
+        who.require_queue(queue_id)
+        raw, req = await read_body(request, SubmitTaskRequest)
+        svc.check_payload_size(req, request.app.state.settings.max_payload_bytes)
+        key = idempotency_key(request)
+    except ApiError:
+        if not verified:  # a revoked token hears 401, whatever else is wrong with the request
+            await _forget_if_revoked(request)
+        raise
     cmd = svc.SubmitCommand(key, svc.submit_digest(queue_id, raw), req, raw)
-    queued = svc.QueuedSubmit(who, queue_id, cmd)
+    queued = svc.QueuedSubmit(who, queue_id, cmd, verified)
     admission = await request.app.state.submits.submit(queued.group, queued)
     if admission.error is not None:
+        if admission.error.code == "UNAUTHENTICATED":
+            request.app.state.tokens.forget(TokenCache.key(request.headers.get("authorization")))
         raise admission.error
     outcome = admission.outcome
     if not outcome.deduplicated:
         request.app.state.hub.notifier.notify(queue_id)
     return outcome_response(request, outcome, 201)
+
+
+async def _forget_if_revoked(request: Request) -> None:
+    """Authenticate against the database; a token that fails is dropped from the cache."""
+    try:
+        await principal(request)
+    except ApiError:
+        request.app.state.tokens.forget(TokenCache.key(request.headers.get("authorization")))
+        raise
 
 
 @router.post(

@@ -31,10 +31,11 @@ from ..errors import (
     not_found,
     queue_full,
     state_conflict,
+    unauthenticated,
 )
 from ..store.db import BAD_NULL, DUPLICATE_KEY, Database, RetryTransaction, Tx, is_duplicate_key, placeholders
 from ..store.tables import leases, queues, tasks
-from .auth import Principal
+from .auth import Principal, unrevoked_sql
 from .idempotency import IdempotencyScope, Outcome, request_digest
 from .outbox import Actor, emit_many, write_audit
 from .usage import PlanNoLongerHolds, UsageChanges, lock_last
@@ -211,11 +212,12 @@ _ROOM = ("SELECT qu.unfinished, au.unfinished AS app_unfinished, a.max_unfinishe
 
 
 async def _read_for_admission(
-    tx: Tx, principal: Principal, queue_id: str, keys: list[str], *, room: bool
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    tx: Tx, principal: Principal, queue_id: str, keys: list[str], *, room: bool, credentials: list[str] = (),
+) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
     """Share-lock the queue row (configure and retire, which take it exclusively, wait for us)
     and read the submit receipts of `keys`, in one round trip. With `room`, the queue also
-    carries `room`: an unlocked snapshot of the backlog room left in it and its application."""
+    carries `room`: an unlocked snapshot of the backlog room left in it and its application.
+    Of `credentials`, the ids still unrevoked come back (the third value)."""
     share = " LOCK IN SHARE MODE" if tx.is_mysql else ""
     reads: list[tuple[str, Any]] = [(
         f"SELECT id, retired_at, max_unfinished_tasks{tx.now_column} FROM queues "
@@ -231,8 +233,14 @@ async def _read_for_admission(
             f"AND idem_key IN ({placeholders(len(unique))})",
             (principal.namespace_id, OP_SUBMIT, *unique),
         ))
+    unique_creds = sorted(set(credentials))
+    if unique_creds:
+        reads.append((unrevoked_sql(len(unique_creds)), unique_creds))
     rows, *rest = await tx.raw_rows_multi(reads)
+    valid = {r["id"] for r in rest.pop()} if unique_creds else set()
     if not rows:
+        if unique_creds and not valid:
+            raise unauthenticated()
         raise not_found("queue")
     tx.take_now(rows[0])
     queue = dict(rows[0])
@@ -240,7 +248,7 @@ async def _read_for_admission(
         (u,) = rest[0]
         queue["room"] = min(int(queue["max_unfinished_tasks"]) - int(u["unfinished"]),
                             int(u["app_max"]) - int(u["app_unfinished"]))
-    return queue, {r["idem_key"]: r for r in (rest[-1] if unique else [])}
+    return queue, {r["idem_key"]: r for r in (rest[-1] if unique else [])}, valid
 
 
 @dataclass
@@ -253,7 +261,8 @@ class _Candidate:
 
 
 async def admit(
-    tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand], *, optimistic: bool = True
+    tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand], *, optimistic: bool = True,
+    recheck: list[str | None] | None = None,
 ) -> list[Admission]:
     """Admit tasks in order in the caller's transaction: replays first, then the backlog limits.
 
@@ -261,11 +270,14 @@ async def admit(
     writes the tasks first and takes their backlog slots last, so the hot usage rows stay
     locked only until the commit; when they do not all fit it raises `PlanNoLongerHolds`
     (see `usage.lock_last`), except for a lone command, which is refused outright.
+    `recheck` names, per command, a credential whose revocation must be checked here (None: the
+    request was authenticated against the database already).
     """
     alone = len(commands) == 1
-    queue, records = await _read_for_admission(tx, principal, queue_id,
-                                               [c.key for c in commands if c.req is not None],
-                                               room=optimistic and not alone)
+    rechecked = [c for c in recheck or () if c is not None]
+    queue, records, unrevoked = await _read_for_admission(
+        tx, principal, queue_id, [c.key for c in commands if c.req is not None], room=optimistic and not alone,
+        credentials=rechecked)
     now = await tx.now()
 
     results: list[Admission | None] = [None] * len(commands)
@@ -273,6 +285,9 @@ async def admit(
     candidates: list[_Candidate] = []
     first_digest: dict[str, str] = {}
     for i, cmd in enumerate(commands):
+        if recheck is not None and recheck[i] is not None and recheck[i] not in unrevoked:
+            results[i] = Admission(error=unauthenticated())
+            continue
         if cmd.req is None:
             results[i] = Admission(error=cmd.error)
             continue
@@ -433,6 +448,7 @@ class QueuedSubmit:
     principal: Principal
     queue_id: str
     cmd: SubmitCommand
+    verified: bool = True  # False: the credential's revocation is re-checked in the transaction
 
     @property
     def group(self) -> str:
@@ -446,8 +462,10 @@ async def submit_group(db: Database, group: list[QueuedSubmit]) -> list[Admissio
     is refused outright when full; a larger group decides per task under the lock."""
     first = group[0]
     commands = [q.cmd for q in group]
+    recheck = [None if q.verified else q.principal.credential_id for q in group]
     return await lock_last(db, lambda tx, optimistic: admit(
-        tx, first.principal, first.queue_id, commands, optimistic=optimistic))
+        tx, first.principal, first.queue_id, commands, optimistic=optimistic,
+        recheck=recheck if any(recheck) else None))
 
 
 def _item_json(a: Admission) -> dict[str, Any]:
