@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from types import SimpleNamespace
 
 import structlog
 from fastapi import FastAPI, Request
@@ -91,6 +93,44 @@ class RequestIdMiddleware:
                 status=status,
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
             )
+
+
+_SUBMIT_PATH = re.compile(r"/v1/queues/([^/]+)/tasks")
+
+
+class SubmitFastPath:
+    """Serve `POST /v1/queues/{queue_id}/tasks`, the hottest producer route, without Starlette's
+    router and FastAPI's endpoint machinery. The route stays declared on the API (OpenAPI,
+    fallback) and runs the very same handler and error handlers; only route matching,
+    dependency solving and three middleware layers are skipped. Measured with
+    `bench/submit.py --single 6000`: they were about a third of a node's CPU per submit."""
+
+    def __init__(self, app: ASGIApp, api: FastAPI) -> None:
+        self.app = app
+        self.api = api
+        self.route = SimpleNamespace(path="/v1/queues/{queue_id}/tasks")  # what the request log names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            m = _SUBMIT_PATH.fullmatch(scope["path"])
+            if m is not None:
+                queue_id = m.group(1)
+                scope["route"] = self.route
+                scope["path_params"] = {"queue_id": queue_id}
+                request = Request(scope, receive)
+                try:
+                    response = await tasks.submit_task(request, queue_id)
+                except (ApiError, DatabaseUnavailable) as exc:
+                    response = await self._handler(exc)(request, exc)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _handler(self, exc: Exception):
+        for cls in type(exc).__mro__:
+            if cls in self.api.exception_handlers:
+                return self.api.exception_handlers[cls]
+        raise exc
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -181,5 +221,6 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.include_router(tasks.router)
     app.include_router(worker_route.router)
     install_openapi(app)
+    app.add_middleware(SubmitFastPath, api=app)
     app.add_middleware(RequestIdMiddleware)
     return app
