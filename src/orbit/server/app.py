@@ -18,19 +18,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .batching import KeyedBatcher
 from .config import Settings
-from .loops import BackgroundLoops
 from .errors import ApiError, invalid_argument, unavailable
 from .http import health, queues, tasks
 from .http.common import error_body, error_response
 from .http.openapi import install_openapi
-from .ws import route as worker_route
-from .ws.hub import WorkerHub
-from .services import dispatch
-from .services import idempotency
-from .services.auth import TokenCache
+from .loops import BackgroundLoops
+from .services import dispatch, idempotency
 from .services import tasks as task_service
+from .services.auth import TokenCache
 from .store import migrate
 from .store.db import Database, DatabaseUnavailable
+from .ws import route as worker_route
+from .ws.hub import WorkerHub
 
 log = structlog.get_logger("orbit.http")
 
