@@ -7,6 +7,7 @@ lists ordered by id follow creation order.
 from __future__ import annotations
 
 import os
+import random
 import re
 import threading
 import time
@@ -15,6 +16,11 @@ _ID_RE = re.compile(r"^[0-9a-f]{32}\Z")  # `\Z`: `$` would accept a trailing new
 _lock = threading.Lock()
 _last_ms = 0
 _seq = 0
+# Ids must be unique, not secret (every access is checked against the credential), so their random
+# bits come from a generator seeded by the OS instead of a getrandom() system call per id; a forked
+# child reseeds so that it never repeats its parent's sequence.
+_random = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
 
 
 def new_id() -> str:
@@ -29,10 +35,10 @@ def new_id() -> str:
                 ms += 1
                 _seq = 0
         else:
-            _seq = int.from_bytes(os.urandom(2), "big") & 0x3FF
+            _seq = _random.getrandbits(10)
         _last_ms = ms
         seq = _seq
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    rand = _random.getrandbits(62)
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= seq << 64
