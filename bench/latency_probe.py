@@ -48,7 +48,8 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
                 r = await s.call({"type": "claim", "queue_id": qid, "max_tasks": 10, "wait_ms": 500,
                                   "lease_ms": 60000})
                 got = time.time()
-                for t in r.get("tasks", []):
+
+                async def run(t: dict) -> None:
                     rec = times.setdefault(t["task_id"], {})
                     rec["claim_reply"] = got
                     rec["start_send"] = time.time()
@@ -57,6 +58,9 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
                     assert a["ok"], a
                     await s.call({"type": "complete", "lease_id": t["lease_id"], "outcome": "succeeded",
                                   "result": None})
+
+                # Like the suite's workers: start every granted task at once, claim again when all are done.
+                await asyncio.gather(*(run(t) for t in r.get("tasks", [])))
         finally:
             await s.close()
 
