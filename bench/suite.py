@@ -569,9 +569,12 @@ async def backlog(ctx: Context) -> None:
                                       headers={"Idempotency-Key": "backlog-template"})
                 r.raise_for_status()
                 template = r.json()["data"]["task"]["id"]
-                session = await RawSession.connect(urls[0], token, qid, "backlog-w")
+                # A control queue holding only the samples' own tasks, sampled alternately with the
+                # backlogged queue: the ratios compare the two at the same moment, so background work
+                # (InnoDB purge and flushing after a million-row preload) weighs on both alike.
+                control = await create_queue(client, f"backlog-control-{uuid.uuid4().hex[:6]}")
+                session = await RawSession.connect(urls[0], token, [qid, control], "backlog-w")
                 preloaded = 0
-                base: dict[str, float] = {}
                 try:
                     for size in sorted(s.backlogs):
                         waiting = int(await db.scalar(
@@ -584,17 +587,20 @@ async def backlog(ctx: Context) -> None:
                             preloaded += need
                         waiting = int(await db.scalar(
                             "SELECT COUNT(*) FROM tasks WHERE queue_id = %s AND state = 'WAITING'", (qid,)))
-                        sub = await _sample_submits(client, qid, s.backlog_samples, s.backlog_sample_seconds)
-                        clm = await _sample_claims(session, qid, s.backlog_samples, s.backlog_sample_seconds)
-                        if size == min(s.backlogs):
-                            base = {"claim": percentile(clm, 50), "submit": percentile(sub, 50)}
-                        ctx.facts.setdefault("backlog", {})[size] = {"claim_p50_ms": percentile(clm, 50),
-                                                                     "submit_p50_ms": percentile(sub, 50)}
+                        sub, sub_empty = await _sample_submits(client, [qid, control], s.backlog_samples,
+                                                               s.backlog_sample_seconds)
+                        clm, clm_empty = await _sample_claims(session, [qid, control], s.backlog_samples,
+                                                              s.backlog_sample_seconds)
+                        ctx.facts.setdefault("backlog", {})[size] = {
+                            "claim_p50_ms": percentile(clm, 50), "submit_p50_ms": percentile(sub, 50),
+                            "empty_claim_p50_ms": percentile(clm_empty, 50),
+                            "empty_submit_p50_ms": percentile(sub_empty, 50)}
                         ctx.add("backlog", "orbit", f"{size:,} waiting", waiting=waiting,
                                 claim_p50_ms=r2(percentile(clm, 50)), claim_p99_ms=r2(percentile(clm, 99)),
-                                claim_x_empty=r2(percentile(clm, 50) / base["claim"]) if base.get("claim") else None,
+                                empty_claim_p50_ms=r2(percentile(clm_empty, 50)),
+                                claim_x_empty=r2(percentile(clm, 50) / percentile(clm_empty, 50)),
                                 submit_p50_ms=r2(percentile(sub, 50)), submit_p99_ms=r2(percentile(sub, 99)),
-                                submit_x_empty=r2(percentile(sub, 50) / base["submit"]) if base.get("submit") else None,
+                                submit_x_empty=r2(percentile(sub, 50) / percentile(sub_empty, 50)),
                                 samples=f"{len(clm)}/{len(sub)}",
                                 preload_rows_per_s=r1(need / load_s) if need else None,
                                 status="ok" if len(clm) >= s.backlog_samples and len(sub) >= s.backlog_samples
@@ -608,40 +614,45 @@ async def backlog(ctx: Context) -> None:
             db.close()
 
 
-async def _sample_submits(client: httpx.AsyncClient, qid: str, count: int, seconds: float) -> list[float]:
-    lat: list[float] = []
+async def _sample_submits(client: httpx.AsyncClient, queues: list[str], count: int,
+                          seconds: float) -> list[list[float]]:
+    """Timed single submits, `count` per queue, the queues taking turns; latencies per queue."""
+    lat: list[list[float]] = [[] for _ in queues]
     end = time.perf_counter() + seconds
     tag = uuid.uuid4().hex[:8]
     for i in range(count):
         if time.perf_counter() > end:
             break
-        t0 = time.perf_counter()
-        r = await client.post(f"/v1/queues/{qid}/tasks", json={"payload": {"i": i}},
-                              headers={"Idempotency-Key": f"bs-{tag}-{i}"})
-        if r.status_code != 201:
-            raise RuntimeError(f"submit answered {r.status_code}: {r.text[:200]}")
-        lat.append((time.perf_counter() - t0) * 1000)
+        for q, qid in enumerate(queues):
+            t0 = time.perf_counter()
+            r = await client.post(f"/v1/queues/{qid}/tasks", json={"payload": {"i": i}},
+                                  headers={"Idempotency-Key": f"bs-{tag}-{q}-{i}"})
+            if r.status_code != 201:
+                raise RuntimeError(f"submit answered {r.status_code}: {r.text[:200]}")
+            lat[q].append((time.perf_counter() - t0) * 1000)
     return lat
 
 
-async def _sample_claims(session, qid: str, count: int, seconds: float) -> list[float]:
-    """claim(max_tasks=1) timed, then start + complete, one at a time."""
-    lat: list[float] = []
+async def _sample_claims(session, queues: list[str], count: int, seconds: float) -> list[list[float]]:
+    """claim(max_tasks=1) timed, then start + complete, one at a time, the queues taking turns."""
+    lat: list[list[float]] = [[] for _ in queues]
     end = time.perf_counter() + seconds
     for _ in range(count):
         if time.perf_counter() > end:
             break
-        t0 = time.perf_counter()
-        r = await session.call({"type": "claim", "queue_id": qid, "max_tasks": 1, "wait_ms": 0, "lease_ms": 60000})
-        lat.append((time.perf_counter() - t0) * 1000)
-        if not r["ok"] or not r["tasks"]:
-            raise RuntimeError(f"claim returned no task: {r}")
-        lease = r["tasks"][0]["lease_id"]
-        st = await session.call({"type": "start", "lease_id": lease})
-        if st["ok"]:
-            await session.call({"type": "complete", "lease_id": lease, "outcome": "succeeded", "result": None})
-        else:
-            await session.call({"type": "release", "lease_id": lease})
+        for q, qid in enumerate(queues):
+            t0 = time.perf_counter()
+            r = await session.call({"type": "claim", "queue_id": qid, "max_tasks": 1, "wait_ms": 0,
+                                    "lease_ms": 60000})
+            lat[q].append((time.perf_counter() - t0) * 1000)
+            if not r["ok"] or not r["tasks"]:
+                raise RuntimeError(f"claim returned no task: {r}")
+            lease = r["tasks"][0]["lease_id"]
+            st = await session.call({"type": "start", "lease_id": lease})
+            if st["ok"]:
+                await session.call({"type": "complete", "lease_id": lease, "outcome": "succeeded", "result": None})
+            else:
+                await session.call({"type": "release", "lease_id": lease})
     return lat
 
 
