@@ -23,6 +23,7 @@ from orbit.sdk.session import WorkerSession
 from orbit.server.app import create_app
 from orbit.server.config import Settings
 from orbit.server.store.tables import leases, queue_usage
+from orbit.server.ws.corked import websocket_protocol
 
 from .worker_client import free_port, serve
 
@@ -43,7 +44,7 @@ async def server(db, db_url):
 async def serve_on(app, port: int):
     """Like `serve`, on a given port (to restart a server on the same address)."""
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on",
-                            ws_ping_interval=None)
+                            ws_ping_interval=None, ws=websocket_protocol())
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None
     task = asyncio.create_task(server.serve())

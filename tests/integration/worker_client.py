@@ -13,6 +13,8 @@ from typing import Any
 import uvicorn
 import websockets
 
+from orbit.server.ws.corked import websocket_protocol
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -25,7 +27,7 @@ async def serve(app):
     """Run `app` with uvicorn (lifespan included) on a free port; yield its base URL."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on",
-                            ws_ping_interval=None)
+                            ws_ping_interval=None, ws=websocket_protocol())
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # uvicorn < 0.29
     task = asyncio.create_task(server.serve())

@@ -41,6 +41,7 @@ def _serve(settings, host: str, port: int, banner: list[str] | None = None, drai
     import uvicorn
 
     from ..server.app import create_app
+    from ..server.ws.corked import websocket_protocol
 
     class Server(uvicorn.Server):
         """uvicorn re-raises SIGTERM/SIGINT once its graceful shutdown is over, so the
@@ -91,6 +92,7 @@ def _serve(settings, host: str, port: int, banner: list[str] | None = None, drai
         log_config=None,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        ws=websocket_protocol(),  # worker frames written once per loop iteration
         ws_ping_interval=None,
         # Worker frames are small and travel inside the data centre: compressing each one
         # cost more CPU than it saved bytes (both ends run zlib per frame).
