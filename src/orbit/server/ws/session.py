@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -30,6 +31,11 @@ MAX_FRAME_BYTES = 1024 * 1024
 MAX_IN_FLIGHT = 256
 # Leases a session remembers having granted (see `_granted`); beyond this the oldest are forgotten.
 MAX_REMEMBERED_LEASES = 10_000
+
+
+def _debug_enabled() -> bool:
+    """Whether per-frame debug lines would be written: checked once per session, not per frame."""
+    return logging.getLogger("orbit.ws").isEnabledFor(logging.DEBUG)
 
 
 class FrameError(Exception):
@@ -66,6 +72,8 @@ ALLOWED = {
     "release": {"lease_id"},
     "ping": set(),
 }
+# Per frame type, every key a frame may carry (checked with one subset test per frame).
+_KEYS = {kind: frozenset(fields | {"id", "type"}) for kind, fields in ALLOWED.items()}
 
 
 class WorkerSession:
@@ -84,6 +92,8 @@ class WorkerSession:
         # report skip the database lookup of where the lease lives. Only a hint for finding rows:
         # every check is made on the locked rows.
         self._granted: dict[str, tuple[str, str]] = {}
+        self._handlers = {kind: getattr(self, f"_on_{kind}") for kind in ALLOWED}
+        self._log_frames = _debug_enabled()
 
     async def send(self, message: dict[str, Any]) -> None:
         if self._closed:
@@ -105,6 +115,7 @@ class WorkerSession:
                 await self.ws.close(code, reason)
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while not self._closed:
                 try:
@@ -127,7 +138,7 @@ class WorkerSession:
                     await self.close(1008, "every frame needs an id of 1-128 visible ASCII characters")
                     break
                 await self._in_flight.acquire()
-                task = asyncio.create_task(self._handle(frame, msg_id))
+                task = loop.create_task(self._handle(frame, msg_id))
                 self._tasks.add(task)
                 task.add_done_callback(self._done)
         finally:
@@ -144,14 +155,15 @@ class WorkerSession:
         started = time.perf_counter()
         kind = frame.get("type")
         try:
-            if kind not in ALLOWED:
+            handler = self._handlers.get(kind) if isinstance(kind, str) else None
+            if handler is None:
                 raise FrameError("INVALID_ARGUMENT", f"type: unknown frame type {kind!r}")
-            unknown = set(frame) - ALLOWED[kind] - {"id", "type"}
-            if unknown:
-                raise FrameError("INVALID_ARGUMENT", f"{sorted(unknown)[0]}: is not a known field")
-            if kind != "hello" and kind != "ping" and self.identity is None:
+            if not frame.keys() <= _KEYS[kind]:
+                unknown = sorted(set(frame) - _KEYS[kind])
+                raise FrameError("INVALID_ARGUMENT", f"{unknown[0]}: is not a known field")
+            if self.identity is None and kind != "hello" and kind != "ping":
                 raise FrameError("STATE_CONFLICT", "send hello first")
-            reply = await getattr(self, f"_on_{kind}")(frame, msg_id)
+            reply = await handler(frame, msg_id)
         except FrameError as exc:
             reply = dispatch.fail(exc.code, exc.message)
         except asyncio.CancelledError:
@@ -162,8 +174,9 @@ class WorkerSession:
                 log.exception("frame_failed", session_id=self.session_id, type=kind)
             reply = dispatch.fail("UNAVAILABLE", "temporarily unavailable; resend the same message id", 1000)
         await self.send({"reply_to": msg_id, **reply})
-        log.debug("frame", session_id=self.session_id, type=kind, ok=reply.get("ok"),
-                  latency_ms=round((time.perf_counter() - started) * 1000, 3))
+        if self._log_frames:
+            log.debug("frame", session_id=self.session_id, type=kind, ok=reply.get("ok"),
+                      latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
     # ------------------------------------------------------------ commands
 
