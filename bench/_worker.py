@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 import websockets
 
+from orbit.server.ws.corked import CorkedTransport
+
 
 def run_loop(main: Any) -> Any:
     """uvloop when installed (as the server uses it): worker processes share the machine's
@@ -52,6 +54,9 @@ class RawSession:
             url.replace("http", "ws", 1) + "/v1/workers/connect",
             additional_headers={"Authorization": f"Bearer {token}"}, max_size=None,
             compression=None), 30)
+        # The frames a session sends in one loop iteration (a burst of Starts, of reports) leave
+        # in one write, as the server's replies do: the load generator shares the machine's cores.
+        ws.transport = CorkedTransport(ws.transport, asyncio.get_running_loop())
         s = cls(ws)
         queues = queue_id if isinstance(queue_id, list) else [queue_id]
         r = await s.call({"type": "hello", "node_id": node_id, "queues": queues, "sdk": "bench"})
@@ -82,7 +87,8 @@ class RawSession:
         self._waiting[msg_id] = fut
         await self.ws.send(orjson.dumps(frame).decode())
         try:
-            return await asyncio.wait_for(fut, self.call_timeout)
+            async with asyncio.timeout(self.call_timeout):
+                return await fut
         finally:
             self._waiting.pop(msg_id, None)
 

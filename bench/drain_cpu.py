@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--sessions", type=int, default=8, help="sessions per worker process")
     ap.add_argument("--py-spy", metavar="FILE")
+    ap.add_argument("--py-spy-worker", action="store_true", help="profile the first worker process instead of the server")
     args = ap.parse_args()
     n = args.tasks
     with environment(None, 1) as (urls, creds):
@@ -57,19 +58,22 @@ def main() -> None:
         spy = None
         if args.py_spy:
             time.sleep(2)
-            spy = subprocess.Popen(["py-spy", "record", "-p", str(server), "-d", "6", "-r", "250", "-f", "raw",
+            target = procs[0].pid if args.py_spy_worker else server
+            spy = subprocess.Popen(["py-spy", "record", "-p", str(target), "-d", "6", "-r", "250", "-f", "raw",
                                     "-o", args.py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while count_state(creds["_database_url"], q, "SUCCEEDED") < n and time.perf_counter() - t0 < 600:
             time.sleep(0.3)
         wall = time.perf_counter() - t0
         after = (cpu_seconds(server), cpu_seconds(mariadb))
+        workers = sum(cpu_seconds(p.pid) for p in procs)
         if spy is not None:
             spy.wait()
         for p in procs:
             p.kill()
     print(f"preload {n / load_s:.0f} tasks/s; drain {n / wall:.0f} tasks/s; "
           f"server {(after[0] - before[0]) / n * 1e6:.0f} us CPU/task; "
-          f"mariadb {(after[1] - before[1]) / n * 1e6:.0f} us CPU/task")
+          f"mariadb {(after[1] - before[1]) / n * 1e6:.0f} us CPU/task; "
+          f"worker processes {workers / n * 1e6:.0f} us CPU/task")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,10 @@ class CorkedTransport:
         self._flush()
         self._transport.close()
 
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
     def abort(self) -> None:
         self._pending = []
         self._transport.abort()
