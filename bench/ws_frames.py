@@ -3,6 +3,10 @@ table) sent by a few sessions, many in flight, against one node. Every Start and
 this cost on top of its transaction.
 
     python bench/ws_frames.py [--frames 40000] [--sessions 4] [--in-flight 64]
+    python bench/ws_frames.py --idle 10 [--sessions 16]
+
+`--idle S` measures instead what long-polling sessions cost while their queue stays empty:
+server and MariaDB CPU per second over S seconds, each session waiting in a 30 s claim.
 """
 
 from __future__ import annotations
@@ -18,6 +22,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._harness import cpu_seconds, environment, pid_of  # noqa: E402
 from bench._worker import RawSession, run_loop  # noqa: E402
 from bench.suite import create_queue  # noqa: E402
+
+
+async def idle(url: str, token: str, seconds: float, sessions: int) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}) as client:
+        qid = await create_queue(client, "idle")
+    conns = [await RawSession.connect(url, token, qid, f"idle-{i}") for i in range(sessions)]
+    port = url.rsplit(":", 1)[1]
+    server, mariadb = pid_of("-f", f"server.*--port {port}"), pid_of("-x", "mariadbd")
+    polls = [asyncio.ensure_future(s.call({"type": "claim", "queue_id": qid, "max_tasks": 10, "wait_ms": 30000}))
+             for s in conns]
+    await asyncio.sleep(1.0)
+    before = (cpu_seconds(server), cpu_seconds(mariadb)) if server and mariadb else (0.0, 0.0)
+    await asyncio.sleep(seconds)
+    after = (cpu_seconds(server), cpu_seconds(mariadb)) if server and mariadb else (0.0, 0.0)
+    print(f"{sessions} sessions long-polling an empty queue for {seconds:.0f} s: server "
+          f"{(after[0] - before[0]) * 1000 / seconds:.1f} ms CPU/s, MariaDB {(after[1] - before[1]) * 1000 / seconds:.1f} ms CPU/s")
+    for p in polls:
+        p.cancel()
+    for s in conns:
+        await s.close()
 
 
 async def run(url: str, token: str, frames: int, sessions: int, in_flight: int) -> None:
@@ -57,9 +83,13 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=40_000)
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--in-flight", type=int, default=64)
+    ap.add_argument("--idle", type=float, default=0, metavar="SECONDS")
     a = ap.parse_args()
     with environment(None) as (urls, creds):
-        run_loop(run(urls[0], creds["token"], a.frames, a.sessions, a.in_flight))
+        if a.idle:
+            run_loop(idle(urls[0], creds["token"], a.idle, a.sessions))
+        else:
+            run_loop(run(urls[0], creds["token"], a.frames, a.sessions, a.in_flight))
 
 
 if __name__ == "__main__":
