@@ -865,6 +865,8 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
         await w.flush(tx)
         return n
 
+    if not await db.any_row("SELECT 1 FROM leases WHERE state IN ('LEASED', 'RUNNING') AND expires_at <= {now} LIMIT 1"):
+        return 0
     return await db.transaction(body)
 
 

@@ -785,4 +785,6 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
         await emit_many(tx, events)
         return acted
 
+    if not await db.any_row("SELECT 1 FROM tasks WHERE sweep_at <= {now} LIMIT 1"):
+        return 0
     return await db.transaction(body)

@@ -554,6 +554,16 @@ class Database:
         finally:
             pool.release(conn)
 
+    async def any_row(self, sql: str, params: tuple[Any, ...] = ()) -> bool:
+        """Whether a raw read finds a row. `{now}` in `sql` stands for the database clock (on
+        SQLite, this process's clock). Periodic jobs ask it first and skip their transaction
+        when there is nothing to do, which is nearly always."""
+        if self.dialect == "mysql":
+            query, args = sql.format(now="NOW(6)"), params
+        else:
+            query, args = sql.format(now="?"), (*params, datetime.now(timezone.utc).replace(tzinfo=None))
+        return bool(await self.fast_read(lambda tx: tx.raw_rows(query, args)))
+
     async def _driver_pool(self, *, autocommit: bool = False) -> Any:
         key = "autocommit" if autocommit else "transactional"
         if key not in self._pools:

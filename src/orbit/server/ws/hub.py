@@ -20,7 +20,7 @@ from ..core.ids import new_id
 from ..loops import BackgroundLoops
 from ..services import dispatch
 from ..store.db import Database, Tx
-from ..store.tables import credentials, leases, tasks
+from ..store.tables import credentials, leases
 
 if TYPE_CHECKING:
     from .session import WorkerSession
@@ -117,16 +117,11 @@ class WorkerHub:
         return await self.db.read(read)
 
     async def _push_once(self) -> None:
-        async def read(tx: Tx):
-            return await tx.all(
-                select(leases.c.id, leases.c.session_id, leases.c.state, leases.c.outcome, leases.c.task_id,
-                       tasks.c.cancel_requested, tasks.c.cancel_reason)
-                .join(tasks, tasks.c.id == leases.c.task_id)
-                .where(leases.c.server_node_id == self.instance_id, leases.c.push_pending.is_(True))
-                .limit(500)
-            )
-
-        rows = await self.db.read(read)
+        # Runs four times a second on every node, nearly always finding nothing: one raw read.
+        rows = await self.db.fast_read(lambda tx: tx.raw_rows(
+            "SELECT l.id, l.session_id, l.state, l.outcome, l.task_id, t.cancel_requested, t.cancel_reason "
+            "FROM leases l JOIN tasks t ON t.id = l.task_id WHERE l.server_node_id = ? AND l.push_pending = 1 "
+            "LIMIT 500", (self.instance_id,)))
         if not rows:
             return
         for r in rows:
