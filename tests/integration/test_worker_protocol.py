@@ -2,6 +2,7 @@
 
 import asyncio
 
+import orjson
 import pytest
 from sqlalchemy import select
 
@@ -369,3 +370,39 @@ async def test_review_retry_rearms_the_total_deadline(tenant, base):
     assert t["state"] == "FAILED" and t["error"]["code"] == "DEADLINE_EXCEEDED", t
     u = await usage(tenant, q["id"])
     assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 0)
+
+
+async def test_claims_of_several_queues_share_a_transaction_and_each_queue_keeps_its_limits(tenant):
+    """A node serves the claims of one application together, whatever their queues (one
+    transaction, the usage rows locked last in queue order): every claim still gets exactly
+    what its own queue's permits and rate space allow, in arrival order, and replays."""
+    from orbit.server.core.ids import new_id
+    from orbit.server.services.auth import authenticate
+
+    who = dispatch.WorkerIdentity(await authenticate(tenant.db, f"Bearer {tenant.token}"), new_id(), "w", "n")
+    one_permit = await tenant.create_queue(max_concurrency=1, rate_per_second=100)
+    roomy = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    slow = await tenant.create_queue(max_concurrency=10, rate_per_second=2)
+    await submit(tenant, one_permit["id"], 3)
+    roomy_ids = await submit(tenant, roomy["id"], 2)
+    await submit(tenant, slow["id"], 5)
+
+    def claim(queue_id, msg_id):
+        return dispatch.ClaimCommand(who, queue_id, 5, 30000, msg_id)
+
+    commands = [claim(one_permit["id"], "m1"), claim(roomy["id"], "m2"), claim(slow["id"], "m3"),
+                claim(one_permit["id"], "m4"), claim(new_id(), "m5")]
+    replies = await dispatch.claim_many(tenant.db, commands)
+    assert [len(r.get("tasks", [])) for r in replies] == [1, 2, 2, 0, 0]
+    assert [t["task_id"] for t in replies[1]["tasks"]] == roomy_ids
+    assert replies[4]["error"]["code"] == "NOT_FOUND"
+    for q, permits in ((one_permit, 1), (roomy, 2), (slow, 2)):
+        u = await usage(tenant, q["id"])
+        assert (u["permits_in_use"], u["rate_reserved"]) == (permits, permits), (q["name"], u)
+    again = await dispatch.claim_many(tenant.db, commands[:3])
+
+    def plain(reply):  # payloads are pre-serialized fragments in a fresh grant
+        return orjson.loads(orjson.dumps(reply["tasks"]))
+
+    assert [plain(r) for r in again] == [plain(r) for r in replies[:3]]
+    assert (await usage(tenant, one_permit["id"]))["permits_in_use"] == 1

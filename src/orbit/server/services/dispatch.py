@@ -135,115 +135,204 @@ _USAGE = ("SELECT permits_in_use, rate_window_start, rate_window_used, rate_rese
 
 
 async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[str, Any]]:
-    """Claims of one queue, in one transaction.
+    """Claims that arrived together on a node, of one queue or several, in one transaction.
 
-    A node gathers the claims its sessions sent meanwhile and serves them
-    together: one grant, one candidate read, one round of writes, shared in
-    arrival order. Like a Start, a claim locks the queue's usage row *last*: the
-    grant is planned on an unlocked read, the chosen tasks are locked with SKIP
-    LOCKED (so claims on several nodes never take the same task nor wait on each
-    other) and written, and only then is the usage row locked and the grant
-    re-checked. If it no longer fits, everything is rolled back and the claim runs
-    again with the usage row locked first. If a permit was given back at a later
-    database time than the plan's clock, the leases are re-timed to just after it
+    A node gathers the claims its sessions sent meanwhile (per application: their
+    queues meet on the application's usage row) and serves them together: per
+    queue one grant, one candidate read and one round of writes, shared in arrival
+    order; every queue's reads travel in the same round trips. Like a Start, a
+    claim locks the usage rows *last*: the grants are planned on unlocked reads,
+    the chosen tasks are locked with SKIP LOCKED (so claims on several nodes never
+    take the same task nor wait on each other) and written, and only then are the
+    queues' usage rows locked, in queue order, and every grant re-checked. If one
+    no longer fits, everything is rolled back and the claims run again with each
+    usage row locked first. If a permit was given back at a later database time
+    than the plan's clock, the leases are re-timed to just after it
     (`permits_freed_at`), so stored lease intervals never overlap beyond the limit.
     """
-    queue_id = commands[0].queue_id
-    assert all(c.queue_id == queue_id for c in commands)
     return await lock_last(db, lambda tx, optimistic: _claim_body(tx, commands, optimistic=optimistic))
 
 
+_CONTROLS_OF = ("SELECT id, namespace_id, paused, retired_at, max_concurrency, rate_per_second FROM queues "
+                "WHERE id IN ({ids})")
+_USAGE_LOCKED = ("SELECT queue_id, permits_in_use, rate_window_start, rate_window_used, rate_reserved, "
+                 "permits_freed_at FROM queue_usage WHERE queue_id IN ({ids}) ORDER BY queue_id")
+
+
 async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[dict[str, Any]]:
-    queue_id = commands[0].queue_id
     replies: list[dict[str, Any] | None] = [None] * len(commands)
     keys = [(c.who.principal.credential_id, c.msg_id) for c in commands]
-    reads = [
+    by_queue: dict[str, list[int]] = {}
+    for i, c in enumerate(commands):
+        by_queue.setdefault(c.queue_id, []).append(i)
+    queue_ids = sorted(by_queue)
+    reads: list[tuple[str, Any]] = [
         ("SELECT credential_id, msg_id, response FROM worker_claims WHERE "
          + " OR ".join("(credential_id = ? AND msg_id = ?)" for _ in keys), [v for k in keys for v in k]),
-        (_CONTROLS, (queue_id,)),
     ]
+    marks = placeholders(len(queue_ids))
+    reads.append((_CONTROLS_OF.format(ids=marks), queue_ids))
     if optimistic:
-        # Plan on an unlocked usage read, and lock (SKIP LOCKED) as many due tasks as the claims
-        # could take in the same round trip; the grant then decides how many of them are used.
-        reads.append((_USAGE.format(now=tx.now_sql), (queue_id,)))
+        # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as its
+        # claims could take in the same round trip; the grants then decide how many are used.
+        reads.append((f"SELECT queue_id, permits_in_use, rate_window_start, rate_window_used, rate_reserved, "
+                      f"permits_freed_at, {tx.now_sql} AS db_now FROM queue_usage WHERE queue_id IN ({marks})",
+                      queue_ids))
         due = ("NOW(6)", ()) if tx.is_mysql else ("?", (await tx.now(),))
-        reads.append((_PICK.format(now=due[0]) + tx.skip_locked,
-                      (queue_id, *due[1], sum(c.max_tasks for c in commands))))
-    prior, q, *snapshot = await tx.raw_rows_multi(
+        for qid in queue_ids:
+            reads.append((_PICK.format(now=due[0]) + tx.skip_locked,
+                          (qid, *due[1], sum(commands[i].max_tasks for i in by_queue[qid]))))
+    prior, control_rows, *rest = await tx.raw_rows_multi(
         reads, datetimes=("rate_window_start", "permits_freed_at", "db_now", *TASK_TIMES))
+    controls = {r["id"]: r for r in control_rows}
+    snapshots = {r["queue_id"]: r for r in rest[0]} if optimistic else {}
+    picks = dict(zip(queue_ids, rest[1:])) if optimistic else {}
     stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
     for i, k in enumerate(keys):
         if k in stored:
             granted = orjson.loads(stored[k])
             await _rehydrate_payloads(tx, granted)
             replies[i] = ok(tasks=granted)
-    live = []
-    for i, c in enumerate(commands):
-        if replies[i] is not None:
+    planned: list[_PlannedGrant] = []
+    for qid in queue_ids:
+        q = controls.get(qid)
+        live = []
+        for i in by_queue[qid]:
+            c = commands[i]
+            if replies[i] is not None:
+                continue
+            if q is None or q["namespace_id"] != c.who.principal.namespace_id:
+                replies[i] = fail("NOT_FOUND", "queue not found")
+            elif q["retired_at"] is not None:
+                replies[i] = fail("STATE_CONFLICT", "the queue is retired")
+            elif q["paused"]:
+                replies[i] = ok(tasks=[])
+            else:
+                live.append(i)
+        if not live:
             continue
-        if not q or q[0]["namespace_id"] != c.who.principal.namespace_id:
-            replies[i] = fail("NOT_FOUND", "queue not found")
-        elif q[0]["retired_at"] is not None:
-            replies[i] = fail("STATE_CONFLICT", "the queue is retired")
-        elif q[0]["paused"]:
-            replies[i] = ok(tasks=[])
-        else:
-            live.append(i)
-    if live:
-        usage, picked = (snapshot[0][0], snapshot[1]) if snapshot and snapshot[0] else (None, [])
-        await _grant(tx, queue_id, [commands[i] for i in live], replies, live, q[0], usage, picked)
+        if not optimistic or qid not in snapshots:
+            await _grant_locked(tx, qid, [commands[i] for i in live], replies, live)
+            continue
+        plan = await _plan_grant(tx, qid, [commands[i] for i in live], replies, live, q, snapshots[qid], picks[qid])
+        if plan is not None:
+            planned.append(plan)
+    if planned:
+        await _confirm_grants(tx, planned, replies)
     return [r if r is not None else ok(tasks=[]) for r in replies]
 
 
-async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any], slots: list[int],
-                 q: dict[str, Any], snapshot: dict[str, Any] | None, picked: list[dict[str, Any]]) -> None:
-    """Lease due tasks to `commands`. `snapshot` is an unlocked usage read and `picked` the due
-    tasks locked with it (plan first, lock the usage row last); None to lock the usage row first."""
-    if snapshot is None:
-        (usage,) = await tx.raw_rows(_USAGE.format(now="NULL") + tx.for_update, (queue_id,),
-                                     datetimes=("rate_window_start", "permits_freed_at"))
-        # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
-        (q,) = await tx.raw_rows(_CONTROLS, (queue_id,))
-        if q["paused"]:
-            return
-        # The clock after the lock: every lease whose permit is reused here ended before it.
-        now = await tx.refresh_now()
-    else:
-        usage = snapshot
-        tx.set_now(usage["db_now"])
-        now = await tx.now()
+@dataclass
+class _PlannedGrant:
+    """A queue's grant planned on the unlocked snapshot, written but not yet checked under the lock."""
+
+    queue_id: str
+    commands: list[ClaimCommand]
+    slots: list[int]
+    now: datetime
+    leases: int
+    changes: UsageChanges
+
+
+def _grant_size(commands: list[ClaimCommand], q: dict[str, Any], usage: dict[str, Any], now: datetime) -> int:
     window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
-    grant = min(
+    return min(
         sum(c.max_tasks for c in commands),
         int(q["max_concurrency"]) - int(usage["permits_in_use"]),
         claim_room(window, int(q["rate_per_second"]), now),
     )
+
+
+async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any], slots: list[int],
+                      q: dict[str, Any], usage: dict[str, Any], picked: list[dict[str, Any]]) -> _PlannedGrant | None:
+    """Lease the due tasks `picked` (locked with SKIP LOCKED) to `commands` within the room an
+    unlocked usage read shows; the writes wait to travel with the round trip that locks the usage rows."""
+    tx.set_now(usage["db_now"])
+    now = await tx.now()
+    grant = _grant_size(commands, q, usage, now)
+    # Claims on other nodes run at the same time: each locked its own candidates (SKIP LOCKED).
+    candidates = picked[:grant] if grant > 0 else []
+    if not candidates:
+        return None
+    await tx.defer(f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN "
+                   f"({placeholders(len(candidates))})", (now, *(t["id"] for t in candidates)))
+    changes = await _write_leases(tx, queue_id, commands, slots, replies, candidates, now, defer_receipts=True)
+    return _PlannedGrant(queue_id, commands, slots, now, len(candidates), changes)
+
+
+async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[Any]) -> None:
+    """Lock the planned queues' usage rows (queue order) in the round trip that carries every
+    grant's writes, and check each grant there; raise `PlanNoLongerHolds` if one no longer fits."""
+    ids = [p.queue_id for p in planned]
+    marks = placeholders(len(ids))
+    try:
+        usage_rows, control_rows = await tx.raw_rows_multi(
+            [(_USAGE_LOCKED.format(ids=marks) + tx.for_update, ids), (_CONTROLS_OF.format(ids=marks), ids)],
+            datetimes=("rate_window_start", "permits_freed_at"),
+        )
+    except Exception as exc:
+        if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
+            raise RetryTransaction() from exc
+        raise
+    usage_of = {r["queue_id"]: r for r in usage_rows}
+    controls_of = {r["id"]: r for r in control_rows}
+    changes = UsageChanges()
+    for p in planned:
+        usage, q = usage_of[p.queue_id], controls_of[p.queue_id]
+        now = p.now
+        freed_at = usage["permits_freed_at"]
+        if freed_at is not None and freed_at >= now:
+            # A permit this claim may reuse was given back at a later database time than the
+            # snapshot's clock: lease from just after it, so no stored interval overlaps another.
+            now = freed_at + timedelta(microseconds=1)
+            await _retime(tx, p.commands, p.slots, replies, now)
+        window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
+        if (q["paused"] or (window.start is not None and window.start > now)
+                or int(usage["permits_in_use"]) + p.leases > int(q["max_concurrency"])
+                or claim_room(window, int(q["rate_per_second"]), now) < p.leases):
+            raise PlanNoLongerHolds()
+        changes.merge(p.changes)
+    await changes.apply(tx)
+
+
+async def _grant_locked(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any],
+                        slots: list[int]) -> None:
+    """The exact order: lock the queue's usage row first, then pick and lease under it."""
+    (usage,) = await tx.raw_rows(_USAGE.format(now="NULL") + tx.for_update, (queue_id,),
+                                 datetimes=("rate_window_start", "permits_freed_at"))
+    # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
+    (q,) = await tx.raw_rows(_CONTROLS, (queue_id,))
+    if q["paused"]:
+        return
+    # The clock after the lock: every lease whose permit is reused here ended before it.
+    now = await tx.refresh_now()
+    grant = _grant_size(commands, q, usage, now)
     if grant <= 0:
         return
-    if snapshot is not None:
-        # Claims on other nodes run at the same time: each locked its own candidates (SKIP LOCKED).
-        candidates = picked[:grant]
+    # The usage row is held: claims take turns, so a plain indexed read is enough, and the
+    # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
+    candidates = await tx.raw_rows(_PICK.format(now="?"), (queue_id, now, grant), datetimes=TASK_TIMES)
+    if not candidates:
+        return
+    ids = [t["id"] for t in candidates]
+    taken = await tx.raw(
+        f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) "
+        "AND state = 'WAITING'", (now, *ids),
+    )
+    if taken != len(ids):
+        leased = {r["id"] for r in await tx.raw_rows(
+            f"SELECT id FROM tasks WHERE id IN ({placeholders(len(ids))}) AND state = 'LEASED'", ids)}
+        candidates = [t for t in candidates if t["id"] in leased]
         if not candidates:
             return
-        await tx.defer(f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN "
-                       f"({placeholders(len(candidates))})", (now, *(t["id"] for t in candidates)))
-    else:
-        # The usage row is held: claims take turns, so a plain indexed read is enough, and the
-        # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
-        candidates = await tx.raw_rows(_PICK.format(now="?"), (queue_id, now, grant), datetimes=TASK_TIMES)
-        if not candidates:
-            return
-        ids = [t["id"] for t in candidates]
-        taken = await tx.raw(
-            f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(ids))}) "
-            "AND state = 'WAITING'", (now, *ids),
-        )
-        if taken != len(ids):
-            leased = {r["id"] for r in await tx.raw_rows(
-                f"SELECT id FROM tasks WHERE id IN ({placeholders(len(ids))}) AND state = 'LEASED'", ids)}
-            candidates = [t for t in candidates if t["id"] in leased]
-            if not candidates:
-                return
+    changes = await _write_leases(tx, queue_id, commands, slots, replies, candidates, now, defer_receipts=False)
+    await changes.apply(tx)
+
+
+async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], slots: list[int], replies: list[Any],
+                        candidates: list[dict[str, Any]], now: datetime, *, defer_receipts: bool) -> UsageChanges:
+    """Share `candidates` among `commands` in arrival order: lease rows, events, claim receipts
+    and each command's reply; returns the usage changes (not yet applied)."""
     lease_rows = []
     events = []
     receipts = []
@@ -278,36 +367,17 @@ async def _grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: l
     )
     await emit_many(tx, events)
     receipts_sql = "INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)"
-    locked = None
+    if defer_receipts:
+        # They travel in the round trip that finally locks the usage rows.
+        await tx.defer_many(receipts_sql, receipts)
+        return changes
     try:
-        if snapshot is not None:
-            # All the writes travel in the round trip that finally locks the usage row.
-            await tx.defer_many(receipts_sql, receipts)
-            locked = await tx.raw_rows_multi(
-                [(_USAGE.format(now="NULL") + tx.for_update, (queue_id,)), (_CONTROLS, (queue_id,))],
-                datetimes=("rate_window_start", "permits_freed_at"),
-            )
-        else:
-            await tx.raw_many(receipts_sql, receipts)
+        await tx.raw_many(receipts_sql, receipts)
     except Exception as exc:
         if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
             raise RetryTransaction() from exc
         raise
-    if locked is not None:
-        usage, q = locked[0][0], locked[1][0]
-        freed_at = usage["permits_freed_at"]
-        if freed_at is not None and freed_at >= now:
-            # A permit this claim may reuse was given back at a later database time than the
-            # snapshot's clock: lease from just after it, so no stored interval overlaps another.
-            now = freed_at + timedelta(microseconds=1)
-            await _retime(tx, commands, slots, replies, now)
-        window = RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
-        n = len(lease_rows)
-        if (q["paused"] or (window.start is not None and window.start > now)
-                or int(usage["permits_in_use"]) + n > int(q["max_concurrency"])
-                or claim_room(window, int(q["rate_per_second"]), now) < n):
-            raise PlanNoLongerHolds()
-    await changes.apply(tx)
+    return changes
 
 
 async def _retime(tx: Tx, commands: list[ClaimCommand], slots: list[int], replies: list[Any], now: datetime) -> None:

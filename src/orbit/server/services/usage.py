@@ -26,6 +26,11 @@ class Delta:
     def is_zero(self) -> bool:
         return not (self.unfinished or self.permits or self.reserved)
 
+    def add(self, other: Delta) -> None:
+        self.unfinished += other.unfinished
+        self.permits += other.permits
+        self.reserved += other.reserved
+
 
 class UsageChanges:
     def __init__(self) -> None:
@@ -38,6 +43,13 @@ class UsageChanges:
             d.unfinished += unfinished
             d.permits += permits
             d.reserved += reserved
+
+    def merge(self, other: UsageChanges) -> None:
+        for qid, d in other.queues.items():
+            self.queues[qid].add(d)
+        for aid, d in other.apps.items():
+            self.apps[aid].add(d)
+        self.windows.update(other.windows)
 
     def set_window(self, queue_id: str, window: RateWindow) -> None:
         """The queue's rate window after this transaction (its `reserved` is not written here)."""

@@ -93,6 +93,9 @@ class WorkerSession:
         # every check is made on the locked rows.
         self._granted: dict[str, tuple[str, str]] = {}
         self._handlers = {kind: getattr(self, f"_on_{kind}") for kind in ALLOWED}
+        # Claims of one application share transactions, whatever their queues: they meet on the
+        # application's usage row, which one transaction then takes once (see dispatch.claim_many).
+        self._claim_group = f"{principal.namespace_id}/{principal.application_id}"
         self._log_frames = _debug_enabled()
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -226,7 +229,7 @@ class WorkerSession:
             if self.hub.draining or self._closed:
                 return dispatch.ok(tasks=[])
             reply = await self.hub.claims.submit(
-                queue_id, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
+                self._claim_group, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
             if not reply["ok"] or reply["tasks"]:
                 self._remember(reply)
                 return reply
