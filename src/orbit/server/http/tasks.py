@@ -66,7 +66,7 @@ async def submit_task(request: Request, queue_id: str):
     admission = await request.app.state.submits.submit(queued.group, queued)
     if admission.error is not None:
         if admission.error.code == "UNAUTHENTICATED":
-            request.app.state.tokens.forget(TokenCache.key(request.headers.get("authorization")))
+            _forget_token(request)
         raise admission.error
     outcome = admission.outcome
     if not outcome.deduplicated:
@@ -79,8 +79,12 @@ async def _forget_if_revoked(request: Request) -> None:
     try:
         await principal(request)
     except ApiError:
-        request.app.state.tokens.forget(TokenCache.key(request.headers.get("authorization")))
+        _forget_token(request)
         raise
+
+
+def _forget_token(request: Request) -> None:
+    request.app.state.tokens.forget(TokenCache.key(request.headers.get("authorization")))
 
 
 @router.post(

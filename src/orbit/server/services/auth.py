@@ -17,7 +17,7 @@ import orjson
 from ..core.ids import is_id, new_id
 from ..core.permissions import ALL_QUEUES
 from ..errors import not_found, permission_denied, unauthenticated
-from ..store.db import Database, Tx
+from ..store.db import Database, Tx, placeholders
 from ..store.tables import credentials
 
 TOKEN_PREFIX = "orb_"
@@ -160,7 +160,7 @@ async def authenticate_for_write(db: Database, cache: TokenCache, header: str | 
 
 def unrevoked_sql(count: int) -> str:
     """The credentials among `count` ids that are still valid (the in-transaction re-check)."""
-    return f"SELECT id FROM credentials WHERE id IN ({', '.join('?' * count)}) AND revoked_at IS NULL"
+    return f"SELECT id FROM credentials WHERE id IN ({placeholders(count)}) AND revoked_at IS NULL"
 
 
 async def insert_credential(
