@@ -14,6 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from .loops import raise_if_cancelled
+
 log = structlog.get_logger("orbit.batching")
 
 C = TypeVar("C")
@@ -135,9 +137,7 @@ class KeyedBatcher(Generic[C, R]):
                 try:
                     replies = await self._run([c for c, _ in batch])
                 except Exception as exc:
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        raise asyncio.CancelledError from exc  # the driver reported our cancel as its error
+                    raise_if_cancelled(exc)
                     log.warning("batch_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
                     for _, fut in batch:
                         if not fut.done():

@@ -19,16 +19,20 @@ import structlog
 log = structlog.get_logger("orbit.loops")
 
 
+def raise_if_cancelled(exc: Exception) -> None:
+    """Raise `CancelledError` if the current task is being cancelled and `exc` is how the
+    driver reported that cancel; code that logs errors and carries on must call this first."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
+
+
 class BackgroundLoops:
     """A set of named loops that each run ``fn`` every ``seconds`` until `stop`."""
 
     def __init__(self) -> None:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
 
     def every(self, seconds: float, name: str, fn: Callable[[], Awaitable[object]],
               *, wake: asyncio.Event | None = None) -> None:
@@ -43,10 +47,8 @@ class BackgroundLoops:
                 await fn()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError from None  # a cancel the driver reported as an error
+            except Exception as exc:
+                raise_if_cancelled(exc)
                 log.warning("background_loop_failed", loop=name, exc_info=True)
             await self._pause(seconds, wake)
 

@@ -155,8 +155,8 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[st
 
 _CONTROLS_OF = ("SELECT id, namespace_id, paused, retired_at, max_concurrency, rate_per_second FROM queues "
                 "WHERE id IN ({ids})")
-_USAGE_LOCKED = ("SELECT queue_id, permits_in_use, rate_window_start, rate_window_used, rate_reserved, "
-                 "permits_freed_at FROM queue_usage WHERE queue_id IN ({ids}) ORDER BY queue_id")
+_USAGE_OF = ("SELECT queue_id, permits_in_use, rate_window_start, rate_window_used, rate_reserved, "
+             "permits_freed_at, {now} AS db_now FROM queue_usage WHERE queue_id IN ({ids}) ORDER BY queue_id")
 
 
 async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[dict[str, Any]]:
@@ -175,9 +175,7 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
     if optimistic:
         # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as its
         # claims could take in the same round trip; the grants then decide how many are used.
-        reads.append((f"SELECT queue_id, permits_in_use, rate_window_start, rate_window_used, rate_reserved, "
-                      f"permits_freed_at, {tx.now_sql} AS db_now FROM queue_usage WHERE queue_id IN ({marks})",
-                      queue_ids))
+        reads.append((_USAGE_OF.format(now=tx.now_sql, ids=marks), queue_ids))
         due = ("NOW(6)", ()) if tx.is_mysql else ("?", (await tx.now(),))
         for qid in queue_ids:
             reads.append((_PICK.format(now=due[0]) + tx.skip_locked,
@@ -267,7 +265,7 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
     marks = placeholders(len(ids))
     try:
         usage_rows, control_rows = await tx.raw_rows_multi(
-            [(_USAGE_LOCKED.format(ids=marks) + tx.for_update, ids), (_CONTROLS_OF.format(ids=marks), ids)],
+            [(_USAGE_OF.format(now="NULL", ids=marks) + tx.for_update, ids), (_CONTROLS_OF.format(ids=marks), ids)],
             datetimes=("rate_window_start", "permits_freed_at"),
         )
     except Exception as exc:

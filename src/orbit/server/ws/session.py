@@ -276,7 +276,7 @@ class WorkerSession:
             self.principal.credential_id, msg_id, lease_id, outcome, result, error_message, retryable,
             self._granted.get(lease_id),
         ))
-        self._freed(frame, lease_id, reply)
+        self._freed(lease_id, reply)
         return reply
 
     async def _on_release(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
@@ -285,7 +285,7 @@ class WorkerSession:
             dispatch.CompleteCommand(self.principal.credential_id, msg_id, lease_id, "release",
                                      located=self._granted.get(lease_id))
         )
-        self._freed(frame, lease_id, reply)
+        self._freed(lease_id, reply)
         return reply
 
     def _remember(self, reply: dict[str, Any]) -> None:
@@ -294,7 +294,7 @@ class WorkerSession:
         while len(self._granted) > MAX_REMEMBERED_LEASES:
             del self._granted[next(iter(self._granted))]
 
-    def _freed(self, frame: dict[str, Any], lease_id: str, reply: dict[str, Any]) -> None:
+    def _freed(self, lease_id: str, reply: dict[str, Any]) -> None:
         """A permit may have been freed: wake long polls of this session's queues on this node."""
         if reply.get("ok"):
             self._granted.pop(lease_id, None)
