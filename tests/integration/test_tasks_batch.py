@@ -362,3 +362,66 @@ async def test_a_refused_item_leaves_its_key_free_for_a_later_item(tenant):
     assert r[3]["deduplicated"] is False and r[3]["task"]["payload"] == 1
     assert await idempotency_records_for(tenant, "k-full") == []
     assert await counter_invariant(tenant, q["id"]) == 2
+
+
+async def test_a_batch_record_refers_to_its_items_receipts(tenant):
+    q = await tenant.create_queue(max_unfinished_tasks=2)
+    items = [
+        {"idempotency_key": "c-1", "payload": {"big": "z" * 2000}},
+        {"idempotency_key": "c-1", "payload": {"big": "z" * 2000}},  # the same key again: a replay of item 0
+        {"idempotency_key": "c-2", "payload": 2},
+        {"idempotency_key": "c-3", "payload": 3},  # full
+    ]
+    first = await batch(tenant, q, items, key="compact")
+    assert [error_of(x) for x in first["results"]] == [None, None, None, "QUEUE_FULL"]
+    [record] = await idempotency_records_for(tenant, "compact")
+    stored = orjson.loads(record["response"])["results"]
+    assert stored[:3] == [{"deduplicated": False, "ref": "c-1"}, {"deduplicated": True, "ref": "c-1"},
+                          {"deduplicated": False, "ref": "c-2"}]
+    assert stored[3]["error"]["code"] == "QUEUE_FULL"
+    assert len(record["response"]) < 300  # no task snapshot, no payload
+    assert await batch(tenant, q, items, key="compact") == {"deduplicated": True, "results": first["results"]}
+
+
+async def test_a_batch_whose_item_receipts_were_pruned_runs_as_new(tenant):
+    from sqlalchemy import delete
+
+    from orbit.server.store.tables import idempotency_records as records
+
+    q = await tenant.create_queue()
+    items = [{"idempotency_key": "p-1", "payload": 1}, {"idempotency_key": "p-2", "payload": 2}]
+    first = await batch(tenant, q, items, key="pruned-batch")
+
+    async def prune_items(tx):
+        await tx.execute(delete(records).where(records.c.namespace_id == tenant.namespace_id,
+                                               records.c.idem_key.in_(["p-1", "p-2"])))
+
+    await tenant.db.transaction(prune_items)
+    again = await batch(tenant, q, items, key="pruned-batch")
+    assert again["deduplicated"] is False
+    assert [x["deduplicated"] for x in again["results"]] == [False, False]
+    assert {x["task"]["id"] for x in again["results"]}.isdisjoint({x["task"]["id"] for x in first["results"]})
+    assert await batch(tenant, q, items, key="pruned-batch") == {"deduplicated": True, "results": again["results"]}
+    assert await counter_invariant(tenant, q["id"]) == 4
+
+
+async def test_a_batch_record_that_carries_its_tasks_still_replays(tenant):
+    """Records written before they referred to item receipts hold each task's snapshot."""
+    from sqlalchemy import update
+
+    from orbit.server.store.tables import idempotency_records as records
+
+    q = await tenant.create_queue()
+    items = [{"idempotency_key": "o-1", "payload": {"o": 1}}, {"idempotency_key": "o-2", "payload": None}]
+    first = await batch(tenant, q, items, key="old-format")
+    task = dict(first["results"][0]["task"])
+    del task["payload"]
+    legacy = {"results": [{"deduplicated": False, "task": task}, first["results"][1]]}
+
+    async def rewrite(tx):
+        await tx.execute(update(records).where(records.c.namespace_id == tenant.namespace_id,
+                                               records.c.idem_key == "old-format")
+                         .values(response=orjson.dumps(legacy).decode()))
+
+    await tenant.db.transaction(rewrite)
+    assert await batch(tenant, q, items, key="old-format") == {"deduplicated": True, "results": first["results"]}

@@ -18,7 +18,7 @@ import orjson
 from sqlalchemy import text
 
 from ..errors import idempotency_conflict
-from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key
+from ..store.db import DUPLICATE_KEY, Database, RetryTransaction, Tx, is_duplicate_key
 
 
 def request_digest(path_params: dict[str, Any], body: Any) -> str:
@@ -81,6 +81,24 @@ async def record(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource
         "WHERE namespace_id = ? AND operation = ? AND idem_key = ?",
         (orjson.dumps(data).decode(), resource_id, scope.namespace_id, scope.operation, scope.key),
     )
+
+
+async def record_new(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource_id: str | None) -> None:
+    """The record of a write whose key `lookup` found free, inserted with the commit (no
+    placeholder round trips). A concurrent request that took the key meanwhile makes the
+    insert fail on the primary key, and the transaction runs again and replays it."""
+    tx.error_means(DUPLICATE_KEY, RetryTransaction)
+    try:
+        await tx.defer(
+            "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (scope.namespace_id, scope.operation, scope.key, scope.digest, resource_id,
+             orjson.dumps(data).decode(), await tx.now()),
+        )
+    except Exception as exc:
+        if is_duplicate_key(exc):
+            raise RetryTransaction() from exc
+        raise
 
 
 async def run_idempotent(tx: Tx, scope: IdempotencyScope, effect: Effect) -> Outcome:
