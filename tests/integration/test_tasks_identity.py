@@ -13,6 +13,7 @@ from .task_helpers import (
     configure,
     counter_invariant,
     idempotency_records_for,
+    in_seconds,
     ok,
     retire,
     snapshot,
@@ -72,6 +73,59 @@ async def test_replay_is_the_original_snapshot_not_the_live_task(tenant):
     replay = ok(await tenant.post(tasks_path(q), {"payload": {"n": 1}}, key="orig"))
     assert replay == {"deduplicated": True, "task": first}
     assert replay["task"]["state"] == "WAITING" and replay["task"]["payload"] == {"n": 1}
+
+
+async def test_replay_after_retries_and_a_result_is_still_the_submitted_snapshot(tenant):
+    """The record keeps only what the task row cannot give back; every field that changes
+    after submission (state, attempts, available_at, result, error, times) replays as submitted."""
+    from datetime import timedelta
+
+    import orjson
+    from sqlalchemy import update
+
+    from orbit.server.store.tables import tasks
+
+    q = await tenant.create_queue()
+    body = {"payload": {"n": 2}, "available_at": in_seconds(120), "deadline_seconds": 3600, "priority": 4}
+    first = await submit(tenant, q, body, key="lived")
+    [record] = await idempotency_records_for(tenant, "lived")
+    assert len(record["response"]) < 120 and "payload" not in record["response"]
+
+    async def live_a_life(tx):
+        now = await tx.now()
+        await tx.execute(update(tasks).where(tasks.c.id == first["id"]).values(
+            state="SUCCEEDED", attempts=2, available_at=now + timedelta(minutes=9), result=orjson.dumps({"r": 1}).decode(),
+            error=orjson.dumps({"code": "HANDLER_ERROR", "message": "m"}).decode(), cancel_requested=True,
+            cancel_reason="why", updated_at=now + timedelta(seconds=5), finished_at=now + timedelta(seconds=5)))
+
+    await tenant.db.transaction(live_a_life)
+    assert ok(await tenant.get(f"/v1/tasks/{first['id']}"))["state"] == "SUCCEEDED"
+    assert ok(await tenant.post(tasks_path(q), body, key="lived")) == {"deduplicated": True, "task": first}
+    # The same key inside a batch replays the same snapshot.
+    batch = ok(await tenant.post(f"/v1/queues/{q['id']}/tasks:batch", {"tasks": [{"idempotency_key": "lived", **body}]},
+                                 key="lived-batch"))
+    assert batch["results"] == [{"deduplicated": True, "task": first}]
+
+
+async def test_a_record_that_carries_the_whole_snapshot_still_replays(tenant):
+    """Records written before the compact form hold the task snapshot without its payload."""
+    import orjson
+    from sqlalchemy import update
+
+    from orbit.server.store.tables import idempotency_records as records
+
+    q = await tenant.create_queue()
+    first = await submit(tenant, q, {"payload": [1, 2]}, key="legacy")
+    legacy = {"task": {k: v for k, v in first.items() if k != "payload"}}
+
+    async def rewrite(tx):
+        await tx.execute(update(records).where(records.c.namespace_id == tenant.namespace_id,
+                                               records.c.idem_key == "legacy")
+                         .values(response=orjson.dumps(legacy).decode()))
+
+    await tenant.db.transaction(rewrite)
+    assert ok(await tenant.post(tasks_path(q), {"payload": [1, 2]}, key="legacy")) == {"deduplicated": True,
+                                                                                      "task": first}
 
 
 async def test_identity_is_scoped_to_the_namespace_and_checked_for_permissions(tenant, db, http):

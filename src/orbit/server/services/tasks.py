@@ -92,16 +92,52 @@ def _snapshot_without_payload(task: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in task.items() if k != "payload"}
 
 
+def _submit_receipt(row: dict[str, Any]) -> str:
+    """What a submit's idempotency record keeps to replay its snapshot: the task id and the one
+    field of the snapshot that neither stays on the task row nor is fixed at submission.
+
+    Tasks are never deleted and their other snapshot fields are either immutable or known at
+    submission (WAITING, no attempt, no result, updated when created), so the snapshot is
+    rebuilt from the row (`_rehydrate`) instead of storing ~300 bytes per task."""
+    return orjson.dumps({"submitted": {"id": row["id"], "available_at": format_ts(row["available_at"])}}).decode()
+
+
+def receipt_snapshot(response: str) -> dict[str, Any]:
+    """The task snapshot stored in a submit's record: a full one (without payload) in records
+    written before `_submit_receipt`, else a stub for `_rehydrate` to complete."""
+    stored = orjson.loads(response)
+    return stored["task"] if "task" in stored else {"id": stored["submitted"]["id"], _AS_SUBMITTED: stored["submitted"]}
+
+
+_AS_SUBMITTED = "_as_submitted"  # marks a stub; task objects have no such field
+_AT_SUBMISSION = {"state": states.WAITING, "attempts": 0, "cancel_requested": False, "result": None, "error": None,
+                  "finished_at": None}
+
+
 async def _rehydrate(tx: Tx, snapshots: list[dict[str, Any]]) -> None:
-    """Put payloads back into stored task receipts before replaying them."""
-    ids = [s["id"] for s in snapshots if "payload" not in s]
+    """Complete stored task snapshots in place before replaying them: put their payloads back,
+    and rebuild stubs from their task rows as they were at submission."""
+    ids = sorted({s["id"] for s in snapshots if "payload" not in s})
     if not ids:
         return
-    rows = await tx.raw_rows(f"SELECT id, payload FROM tasks WHERE id IN ({placeholders(len(ids))})", ids)
-    payloads = {r["id"]: r["payload"] for r in rows}
+    stubs = any(_AS_SUBMITTED in s for s in snapshots)
+    cols = "*" if stubs else "id, payload"
+    rows = await tx.raw_rows(f"SELECT {cols} FROM tasks WHERE id IN ({placeholders(len(ids))})", ids,
+                             datetimes=("trigger_at", "available_at", "start_deadline_at", "deadline_at", "created_at",
+                                        "updated_at", "finished_at"))
+    by_id = {r["id"]: r for r in rows}
     for s in snapshots:
-        if "payload" not in s:
-            s["payload"] = _j(payloads.get(s["id"]))
+        if "payload" in s:
+            continue
+        row = by_id.get(s["id"])
+        submitted = s.pop(_AS_SUBMITTED, None)
+        if submitted is not None and row is not None:
+            task = task_json({**row, **_AT_SUBMISSION, "updated_at": row["created_at"]}, _j(row["payload"]))
+            task["available_at"] = submitted["available_at"]
+            s.clear()
+            s.update(task)
+        else:
+            s["payload"] = _j(row["payload"]) if row is not None else None
 
 
 # ------------------------------------------------------------------ submit
@@ -294,7 +330,7 @@ async def admit(
             if prior["digest"] != cmd.digest:
                 results[i] = Admission(error=idempotency_conflict())
                 continue
-            task = dict(orjson.loads(prior["response"])["task"])
+            task = receipt_snapshot(prior["response"])
             replays.append(task)
             results[i] = Admission(outcome=Outcome(True, {"task": task}, task["id"]))
             continue
@@ -410,14 +446,13 @@ async def _admit_many(
 
 
 async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candidate], now: datetime) -> None:
-    """Tasks, their receipts (without payload) and `task.submitted` events, one statement each.
-    Sets each candidate's task object, which its receipt stores."""
+    """Tasks, their receipts and `task.submitted` events, one statement each.
+    Sets each candidate's task object."""
     records = []
     for c in accepted:
         c.task = task_json(c.row, payload=orjson.Fragment(c.row["payload"]))
-        stored = orjson.dumps(_snapshot_without_payload(c.task)).decode()
         records.append((principal.namespace_id, OP_SUBMIT, c.cmd.key, c.cmd.digest, c.row["id"],
-                        '{"task":' + stored + "}", now))
+                        _submit_receipt(c.row), now))
     # A concurrent request may hold one of these keys: the duplicate-key error (here, or with
     # a later round trip that carries this deferred INSERT) runs the transaction again to replay it.
     tx.error_means(DUPLICATE_KEY, RetryTransaction)
@@ -513,7 +548,7 @@ async def _replay_batch(tx: Tx, scope: IdempotencyScope, previous: Outcome) -> O
         rows = await tx.raw_rows(
             "SELECT idem_key, response FROM idempotency_records WHERE namespace_id = ? AND operation = ? "
             f"AND idem_key IN ({placeholders(len(refs))})", (scope.namespace_id, OP_SUBMIT, *refs))
-        receipts = {r["idem_key"]: orjson.loads(r["response"])["task"] for r in rows}
+        receipts = {r["idem_key"]: receipt_snapshot(r["response"]) for r in rows}
         if len(receipts) < len(refs):
             return None
     results = []
