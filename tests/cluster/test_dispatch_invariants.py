@@ -93,6 +93,7 @@ def test_limits_hold_across_three_nodes(cluster, tenant, mariadb_url):
     assert all(l["state"] == "ENDED" for l in leases)
     # every task ends exactly once
     succeeded = [l["task_id"] for l in leases if l["outcome"] == "SUCCEEDED"]
+    assert all(l["started_at"] is not None for l in leases if l["outcome"] == "SUCCEEDED")
     assert sorted(succeeded) == sorted(r["id"] for r in tasks_rows)
     # permits: LEASED + RUNNING never above the limit, from the stored history
     assert max_overlap([(l["leased_at"], l["ended_at"]) for l in leases]) <= CONCURRENCY

@@ -64,6 +64,9 @@ async def test_happy_path_and_replays(tenant, base):
         assert other["error"]["code"] == "STATE_CONFLICT"
         t = await task(tenant, ids[0])
         assert t["state"] == "RUNNING" and t["attempts"] == 1
+        running = (await tenant.get(f"/v1/tasks/{ids[0]}/attempts")).json()["data"]["items"]
+        assert [(a["number"], a["outcome"], a["started_at"], a["ended_at"]) for a in running] == [
+            (1, "RUNNING", s1["started_at"], None)]
 
         rn = await w.call("renew", lease_id=lease["lease_id"], lease_ms=60000)
         assert rn["ok"] and rn["cancel_requested"] is False
@@ -76,6 +79,9 @@ async def test_happy_path_and_replays(tenant, base):
         assert t["state"] == "SUCCEEDED" and t["result"] == {"x": 1} and t["attempts"] == 1 and t["finished_at"]
         attempts = (await tenant.get(f"/v1/tasks/{ids[0]}/attempts")).json()["data"]["items"]
         assert [a["outcome"] for a in attempts] == ["SUCCEEDED"] and attempts[0]["node_id"] == "worker-host-1"
+        assert attempts[0]["started_at"] == s1["started_at"] and attempts[0]["ended_at"]
+        # The ended attempt still answers its Start's resend with the original receipt.
+        assert await w.call("start", id="start-1", lease_id=lease["lease_id"]) == {**s1, "reply_to": "start-1"}
 
         released = await w.call("release", lease_id=claim["tasks"][1]["lease_id"])
         assert released["ok"] and released["task_state"] == "WAITING"
@@ -173,21 +179,28 @@ async def test_lease_expiry_recovery_and_late_evidence(tenant, base):
         await w.hello(q["id"])
         c = await w.call("claim", queue_id=q["id"], max_tasks=3, lease_ms=1000)
         by_task = {t["task_id"]: t for t in c["tasks"]}
+        started = {}
         for tid in (running_id, retry_id):
-            assert (await w.call("start", lease_id=by_task[tid]["lease_id"]))["ok"]
+            started[tid] = await w.call("start", id=f"s-{tid}", lease_id=by_task[tid]["lease_id"])
+            assert started[tid]["ok"]
         await asyncio.sleep(1.1)
         assert await dispatch.recover_expired_leases(tenant.db) >= 3
         late = await w.call("complete", lease_id=by_task[running_id]["lease_id"], outcome="succeeded", result=1)
         assert late["error"]["code"] == "LEASE_LOST"
         exp = await w.call("start", lease_id=by_task[leased_id]["lease_id"])
         assert exp["error"]["code"] == "LEASE_EXPIRED"
+        resent = await w.call("start", id=f"s-{running_id}", lease_id=by_task[running_id]["lease_id"])
+        assert resent == {**started[running_id], "reply_to": f"s-{running_id}"}
     assert (await task(tenant, leased_id))["state"] == "WAITING"
     assert (await task(tenant, leased_id))["attempts"] == 0
     t = await task(tenant, running_id)
     assert t["state"] == "NEEDS_REVIEW" and t["error"]["code"] == "LEASE_LOST"
     attempts = (await tenant.get(f"/v1/tasks/{running_id}/attempts")).json()["data"]["items"]
     assert attempts[0]["outcome"] == "LEASE_LOST" and attempts[0]["late_reports"][0]["outcome"] == "succeeded"
+    assert attempts[0]["started_at"] == started[running_id]["started_at"] and attempts[0]["ended_at"]
     assert (await task(tenant, retry_id))["state"] == "WAITING"
+    [lost] = (await tenant.get(f"/v1/tasks/{retry_id}/attempts")).json()["data"]["items"]
+    assert (lost["outcome"], lost["started_at"]) == ("LEASE_LOST", started[retry_id]["started_at"])
     u = await usage(tenant, q["id"])
     assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 3)
 
