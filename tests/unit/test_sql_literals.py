@@ -20,3 +20,20 @@ def test_literal_matches_the_driver(value):
 def test_mogrify_substitutes_placeholders_once():
     assert tx._mogrify("UPDATE t SET a = ? WHERE id IN (?, ?)", ["x'%s", 1, None]) == \
         "UPDATE t SET a = 'x\\'%s' WHERE id IN (1, NULL)"
+
+
+_values = st.one_of(st.sampled_from(["%", "%%", "%s", "a%sb%%", "'", ""]), st.text(max_size=8),
+                    st.integers(min_value=0, max_value=3), st.none(), st.booleans(),
+                    st.just(datetime(2026, 1, 1, 12, 0, 0, 123456)))
+
+
+@given(st.integers(min_value=1, max_value=6).flatmap(
+    lambda width: st.lists(st.lists(_values, min_size=width, max_size=width), min_size=1, max_size=12)))
+def test_values_list_built_column_by_column_equals_row_by_row(rows):
+    """Constant columns go into a %-template: percent signs in any value must survive it."""
+    row_by_row = ",".join("(" + ",".join(map(tx._literal, r)) + ")" for r in rows)
+    assert tx._values_list(rows) == row_by_row
+
+
+def test_values_list_with_every_column_constant():
+    assert tx._values_list([["a%s", 1], ["a%s", 1]]) == "('a%s',1),('a%s',1)"

@@ -263,8 +263,27 @@ class Tx:
             await self.raw_many(sql, rows)
             return
         head = sql.partition(" VALUES ")[0]
-        lit = self._memo_literal()
-        self._deferred.append(f"{head} VALUES " + ",".join("(" + ",".join(map(lit, r)) + ")" for r in rows))
+        self._deferred.append(f"{head} VALUES " + self._values_list(rows))
+
+    def _values_list(self, rows: list[Any]) -> str:
+        """`(…),(…),…` for `rows`, built column by column: a column whose value is the same in
+        every row (a namespace, a state, the transaction's clock) is escaped once into a row
+        template, and only the columns that vary are escaped per row. A 500-task insert varies
+        in 2-4 of its 25 columns."""
+        columns = list(zip(*rows))
+        n = len(rows)
+        parts: list[str] = []
+        varying: list[list[str]] = []
+        for col in columns:
+            if n == 1 or col.count(col[0]) == n:
+                parts.append(self._literal(col[0]).replace("%", "%%"))
+            else:
+                parts.append("%s")
+                varying.append(list(map(self._memo_literal(), col)))
+        template = "(" + ",".join(parts) + ")"
+        if not varying:
+            return ",".join([template.replace("%%", "%")] * n)
+        return ",".join([template % values for values in zip(*varying)])
 
     def _memo_literal(self) -> Callable[[Any], str]:
         """`_literal` remembering each value's literal, for one statement of many rows: ids, states,
