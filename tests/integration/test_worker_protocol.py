@@ -419,3 +419,39 @@ async def test_claims_of_several_queues_share_a_transaction_and_each_queue_keeps
 
     assert [plain(r) for r in again] == [plain(r) for r in replies[:3]]
     assert (await usage(tenant, one_permit["id"]))["permits_in_use"] == 1
+
+
+async def test_a_resent_claim_answers_the_original_leases_after_they_changed(tenant, base):
+    """Claim receipts keep the lease ids and length; the leases are read back from the lease
+    and task rows, as they were granted, whatever happened to them since."""
+    from orbit.server.store.tables import worker_claims
+
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    await submit(tenant, q["id"], 3, priority=2, deadline_seconds=3600)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        claim = await w.call("claim", id="keep-1", queue_id=q["id"], max_tasks=3, lease_ms=20000)
+        assert len(claim["tasks"]) == 3
+        first, second, third = claim["tasks"]
+        assert (await w.call("renew", lease_id=first["lease_id"], lease_ms=90000))["ok"]
+        assert (await w.call("start", lease_id=second["lease_id"]))["ok"]
+        assert (await w.call("complete", lease_id=second["lease_id"], outcome="succeeded"))["ok"]
+        assert (await w.call("release", lease_id=third["lease_id"]))["ok"]
+        assert await w.call("claim", id="keep-1", queue_id=q["id"], max_tasks=3, lease_ms=20000) == claim
+
+        async def receipt(tx):
+            return (await tx.one_or_none(select(worker_claims.c.response).where(worker_claims.c.msg_id == "keep-1")))["response"]
+
+        stored = await tenant.db.read(receipt)
+        assert orjson.loads(stored) == {"leases": [t["lease_id"] for t in claim["tasks"]], "lease_ms": 20000}
+
+        # Receipts written before they referred to the lease rows carry the leases (no payloads).
+        legacy = [{k: v for k, v in t.items() if k != "payload"} for t in claim["tasks"]]
+
+        async def rewrite(tx):
+            from sqlalchemy import update
+            await tx.execute(update(worker_claims).where(worker_claims.c.msg_id == "keep-1")
+                             .values(response=orjson.dumps(legacy).decode()))
+
+        await tenant.db.transaction(rewrite)
+        assert await w.call("claim", id="keep-1", queue_id=q["id"], max_tasks=3, lease_ms=20000) == claim

@@ -188,9 +188,7 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
     stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
     for i, k in enumerate(keys):
         if k in stored:
-            granted = orjson.loads(stored[k])
-            await _rehydrate_payloads(tx, granted)
-            replies[i] = ok(tasks=granted)
+            replies[i] = ok(tasks=await _replay_claim(tx, stored[k]))
     planned: list[_PlannedGrant] = []
     for qid in queue_ids:
         q = controls.get(qid)
@@ -355,8 +353,7 @@ async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], slo
             granted.append(lease_json(lease, t, orjson.Fragment(t["payload"])))
             changes.add(queue_id, t["application_id"], permits=1, reserved=1)
             events.append(_task_event(t, "task.leased", states.LEASED, lease_id=lease["id"], attempt=lease["attempt"]))
-        stored = [{k: v for k, v in g.items() if k != "payload"} for g in granted]
-        receipts.append((who.principal.credential_id, c.msg_id, orjson.dumps(stored).decode(), now))
+        receipts.append((who.principal.credential_id, c.msg_id, _claim_receipt(granted, c.lease_ms), now))
         replies[slot] = ok(tasks=granted)
     cols = list(lease_rows[0])
     await tx.defer_many(
@@ -379,7 +376,8 @@ async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], slo
 
 
 async def _retime(tx: Tx, commands: list[ClaimCommand], slots: list[int], replies: list[Any], now: datetime) -> None:
-    """Move the leases a claim just wrote (and their receipts) to `now`, in the same transaction."""
+    """Move the leases a claim just wrote to `now`, in the same transaction (their receipts
+    refer to the lease rows, so they follow)."""
     by_expiry: dict[datetime, list[str]] = {}
     for slot, c in zip(slots, commands):
         granted = (replies[slot] or {}).get("tasks")
@@ -389,12 +387,38 @@ async def _retime(tx: Tx, commands: list[ClaimCommand], slots: list[int], replie
         for g in granted:
             g["lease_expires_at"] = format_ts(expires)
             by_expiry.setdefault(expires, []).append(g["lease_id"])
-        stored = [{k: v for k, v in g.items() if k != "payload"} for g in granted]
-        await tx.defer("UPDATE worker_claims SET response = ? WHERE credential_id = ? AND msg_id = ?",
-                       (orjson.dumps(stored).decode(), c.who.principal.credential_id, c.msg_id))
     for expires, ids in by_expiry.items():
         await tx.defer(f"UPDATE leases SET leased_at = ?, expires_at = ? WHERE id IN ({placeholders(len(ids))})",
                        (now, expires, *ids))
+
+
+def _claim_receipt(granted: list[dict[str, Any]], lease_ms: int) -> str:
+    """What a claim's receipt keeps to answer a resent claim: its leases' ids, in order, and
+    their length. Everything else a lease tells the worker is on its lease row (which keeps
+    the claim time) and its task row (immutable fields), so it is read back from them."""
+    return orjson.dumps({"leases": [g["lease_id"] for g in granted], "lease_ms": lease_ms}).decode()
+
+
+async def _replay_claim(tx: Tx, response: str) -> list[dict[str, Any]]:
+    """The leases a claim granted, as it answered them (receipts from before `_claim_receipt`
+    carry the leases without their payloads)."""
+    stored = orjson.loads(response)
+    if isinstance(stored, list):
+        await _rehydrate_payloads(tx, stored)
+        return stored
+    ids = stored["leases"]
+    rows = await tx.raw_rows(
+        "SELECT l.id, l.attempt, l.leased_at, t.id AS task_id, t.queue_id, t.priority, t.start_deadline_at, "
+        "t.deadline_at, t.resource_keys, t.payload FROM leases l JOIN tasks t ON t.id = l.task_id "
+        f"WHERE l.id IN ({placeholders(len(ids))})", ids, datetimes=("leased_at", *TASK_TIMES))
+    by_id = {r["id"]: r for r in rows}
+    length = timedelta(milliseconds=stored["lease_ms"])
+    granted = []
+    for lease_id in ids:
+        r = by_id[lease_id]
+        lease = {"id": lease_id, "attempt": r["attempt"], "expires_at": r["leased_at"] + length}
+        granted.append(lease_json(lease, {**r, "id": r["task_id"]}, _j(r["payload"])))
+    return granted
 
 
 async def _rehydrate_payloads(tx: Tx, granted: list[dict[str, Any]]) -> None:
