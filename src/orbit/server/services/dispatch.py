@@ -26,7 +26,7 @@ from ..core.ids import new_id
 from ..core.rate_window import RateWindow, authorize_start, claim_room
 from ..core.timefmt import format_ts
 from ..store.bulk import update_many
-from ..store.db import Database, RetryTransaction, Tx, is_duplicate_key, placeholders
+from ..store.db import BAD_NULL, Database, RetryTransaction, Tx, is_duplicate_key, placeholders
 from ..store.tables import leases, queues, tasks
 from .auth import Principal
 from .outbox import emit_many
@@ -717,7 +717,13 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
         await plan.writes.flush(tx)
         return plan.replies
     await plan.writes.flush_rows(tx)
-    if plan.counted:
+    if plan.counted and tx.is_mysql and tx.deferring:
+        # The windows count the Starts in the UPDATEs that travel with the COMMIT: no round trip
+        # holds the usage rows. If one no longer has room, the Starts are decided again, locked first.
+        tx.error_means(BAD_NULL, PlanNoLongerHolds)
+        for qid, reserved in plan.counted.items():
+            plan.writes.usage.count_starts(qid, len(reserved), int(controls[qid]["rate_per_second"]), now)
+    elif plan.counted:
         current = await _read_windows(tx, sorted(plan.counted), lock=True)
         for qid, reserved in plan.counted.items():
             window = _recount(current[qid], int(controls[qid]["rate_per_second"]), now, reserved)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 
 from ..core.rate_window import RateWindow
@@ -37,6 +38,7 @@ class UsageChanges:
         self.queues: dict[str, Delta] = defaultdict(Delta)
         self.apps: dict[str, Delta] = defaultdict(Delta)
         self.windows: dict[str, RateWindow] = {}
+        self.starts: dict[str, tuple[int, int, datetime]] = {}
 
     def add(self, queue_id: str, application_id: str, *, unfinished: int = 0, permits: int = 0, reserved: int = 0) -> None:
         for d in (self.queues[queue_id], self.apps[application_id]):
@@ -55,8 +57,16 @@ class UsageChanges:
         """The queue's rate window after this transaction (its `reserved` is not written here)."""
         self.windows[queue_id] = window
 
+    def count_starts(self, queue_id: str, n: int, rate: int, now: datetime) -> None:
+        """Count `n` Starts at `now` on the queue's rate window *in the UPDATE itself* (MySQL, strict
+        mode), instead of writing a window computed from a read: the window as the row holds it when
+        the UPDATE locks it gets them, exactly as `rate_window.authorize_start` would, or the
+        statement fails on a NULL (`BAD_NULL`) when they no longer fit, before the COMMIT runs."""
+        self.windows.pop(queue_id, None)
+        self.starts[queue_id] = (n, rate, now)
+
     async def apply(self, tx: Tx) -> None:
-        for qid in sorted(set(self.queues) | set(self.windows)):
+        for qid in sorted(set(self.queues) | set(self.windows) | set(self.starts)):
             d = self.queues.get(qid, Delta())
             sets, params = _delta_sets(d)
             if d.permits < 0:
@@ -69,12 +79,27 @@ class UsageChanges:
             if w is not None:
                 sets += ["rate_window_start = ?", "rate_window_used = ?"]
                 params += [w.start, w.used]
+            counted = self.starts.get(qid)
+            if counted is not None:
+                n, rate, now = counted
+                sets += [_COUNT_STARTS_USED, _COUNT_STARTS_START]  # in this order: the first reads the old start
+                params += [now, now, n, rate, n, n, rate, n, now, now]
             if sets:
                 await tx.defer(f"UPDATE queue_usage SET {', '.join(sets)} WHERE queue_id = ?", [*params, qid])
         for aid in sorted(self.apps):
             sets, params = _delta_sets(self.apps[aid])
             if sets:
                 await tx.defer(f"UPDATE application_usage SET {', '.join(sets)} WHERE application_id = ?", [*params, aid])
+
+
+# The window is open at `now` when it started at most a second before; one opened by a transaction
+# with a later clock cannot take these Starts (NULL); a window that ended gives way to one at `now`.
+_COUNT_STARTS_USED = (
+    "rate_window_used = CASE WHEN rate_window_start > ? THEN NULL "
+    "WHEN rate_window_start + INTERVAL 1 SECOND > ? THEN "
+    "CASE WHEN rate_window_used + ? <= ? THEN rate_window_used + ? END "
+    "WHEN ? <= ? THEN ? END")
+_COUNT_STARTS_START = "rate_window_start = CASE WHEN rate_window_start + INTERVAL 1 SECOND > ? THEN rate_window_start ELSE ? END"
 
 
 def _delta_sets(d: Delta) -> tuple[list[str], list[int]]:
