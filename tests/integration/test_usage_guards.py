@@ -37,30 +37,23 @@ async def test_counting_starts_in_the_update_matches_the_rate_rules(db):
     cases = [(s, u, n) for s in starts for u in (0, 2, 3, 4, 5) for n in (1, 2, 3)]
     for start, used, n in cases:
         qid = new_id()
-
-        async def setup(tx):
-            await tx.raw("INSERT INTO queue_usage (queue_id, unfinished, permits_in_use, rate_window_start, "
-                         "rate_window_used, rate_reserved) VALUES (?, 0, 0, ?, ?, 0)", (qid, start, used))
-
-        await db.fast_transaction(setup)
-
-        async def count(tx):
-            tx.error_means(BAD_NULL, PlanNoLongerHolds)
-            changes = UsageChanges()
-            changes.count_starts(qid, n, RATE, now)
-            await changes.apply(tx)
-
+        await db.fast_transaction(lambda tx, q=qid, s=start, u=used: tx.raw(
+            "INSERT INTO queue_usage (queue_id, unfinished, permits_in_use, rate_window_start, rate_window_used, "
+            "rate_reserved) VALUES (?, 0, 0, ?, ?, 0)", (q, s, u)))
         want = expected(start, used, n, now)
         if want is None:
             with pytest.raises(PlanNoLongerHolds):
-                await db.fast_transaction(count)
+                await db.fast_transaction(lambda tx, q=qid, k=n: _count(tx, q, k, now))
         else:
-            await db.fast_transaction(count)
-
-        async def read(tx):
-            (row,) = await tx.raw_rows("SELECT rate_window_start, rate_window_used FROM queue_usage WHERE queue_id = ?",
-                                       (qid,))
-            return row["rate_window_start"], row["rate_window_used"]
-
-        got = await db.fast_transaction(read)
+            await db.fast_transaction(lambda tx, q=qid, k=n: _count(tx, q, k, now))
+        rows = await db.fast_transaction(lambda tx, q=qid: tx.raw_rows(
+            "SELECT rate_window_start, rate_window_used FROM queue_usage WHERE queue_id = ?", (q,)))
+        got = (rows[0]["rate_window_start"], rows[0]["rate_window_used"])
         assert got == (want if want is not None else (start, used)), (start, used, n)
+
+
+async def _count(tx, queue_id, n, now):
+    tx.error_means(BAD_NULL, PlanNoLongerHolds)
+    changes = UsageChanges()
+    changes.count_starts(queue_id, n, RATE, now)
+    await changes.apply(tx)
