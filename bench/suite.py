@@ -72,7 +72,7 @@ class Sizes:
 
 
 QUICK = Sizes(
-    single_submits=1000, single_concurrency=32, batches=20, batch_size=500, batch_concurrency=4,
+    single_submits=1000, single_concurrency=32, batches=60, batch_size=500, batch_concurrency=4,
     drain_tasks=20_000, worker_processes=2, sessions_per_process=8, claim_max_tasks=50, latency_seconds=10, latency_fixed_rate=50,
     backlogs=[0, 10_000, 100_000], backlog_samples=100, backlog_sample_seconds=15,
     queues=300, limits_concurrency=8, limits_rate=50, limits_seconds=10, limits_handler_ms=50,
