@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._db import wait_unfinished  # noqa: E402
 from bench._harness import environment, percentile  # noqa: E402
 from bench._worker import run_loop, run_session  # noqa: E402
 
@@ -103,12 +104,7 @@ def main() -> None:
         procs = [ctx.Process(target=_worker_process, args=(urls, token, q, per, 3600, rq)) for _ in range(args.processes)]
         for p in procs:
             p.start()
-        while True:
-            time.sleep(0.5)
-            if count_state(creds["_database_url"], q, "SUCCEEDED") >= args.tasks:
-                break
-            if time.perf_counter() - t0 > 600:
-                break
+        asyncio.run(wait_unfinished(creds["_database_url"], q, 600, 0.5))
         drain_s = time.perf_counter() - t0
         done = count_state(creds["_database_url"], q, "SUCCEEDED")
         results.append({"scenario": "drain", "tasks": done, "nodes": args.nodes, "sessions": per * args.processes,

@@ -24,7 +24,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._harness import cpu_seconds, environment, pid_of  # noqa: E402
-from bench.dispatch import _worker_process, count_state, preload  # noqa: E402
+from bench._db import wait_unfinished  # noqa: E402
+from bench.dispatch import _worker_process, preload  # noqa: E402
 
 
 def main() -> None:
@@ -61,8 +62,7 @@ def main() -> None:
             target = procs[0].pid if args.py_spy_worker else server
             spy = subprocess.Popen(["py-spy", "record", "-p", str(target), "-d", "6", "-r", "250", "-f", "raw",
                                     "-o", args.py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while count_state(creds["_database_url"], q, "SUCCEEDED") < n and time.perf_counter() - t0 < 600:
-            time.sleep(0.3)
+        asyncio.run(wait_unfinished(creds["_database_url"], q, 600, 0.3))
         wall = time.perf_counter() - t0
         after = (cpu_seconds(server), cpu_seconds(mariadb))
         workers = sum(cpu_seconds(p.pid) for p in procs)
