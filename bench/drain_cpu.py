@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._harness import cpu_seconds, environment, pid_of  # noqa: E402
 from bench._db import wait_unfinished  # noqa: E402
+from bench._harness import cpu_seconds, environment, pid_of  # noqa: E402
 from bench.dispatch import _worker_process, preload  # noqa: E402
 
 
