@@ -455,3 +455,22 @@ async def test_a_resent_claim_answers_the_original_leases_after_they_changed(ten
 
         await tenant.db.transaction(rewrite)
         assert await w.call("claim", id="keep-1", queue_id=q["id"], max_tasks=3, lease_ms=20000) == claim
+
+
+async def test_sessions_answer_through_plain_asgi_sends_too(tenant, db, db_url):
+    """Under a server without Orbit's direct frame write (any ASGI server), grouped commands are
+    answered through the ASGI send: the same replies, errors and replays."""
+    app = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    ids = await submit(tenant, q["id"], 2)
+    async with serve(app, ws="websockets-sansio") as url, Worker.connect(url, tenant.token) as w:
+        await w.hello(q["id"])
+        claim = await w.call("claim", queue_id=q["id"], max_tasks=2)
+        first, second = claim["tasks"]
+        s1 = await w.call("start", id="plain-start", lease_id=first["lease_id"])
+        assert s1["ok"] and await w.call("start", id="plain-start", lease_id=first["lease_id"]) == s1
+        assert (await w.call("start", lease_id=first["lease_id"], extra=1))["error"]["code"] == "INVALID_ARGUMENT"
+        assert (await w.call("renew", lease_id=first["lease_id"], lease_ms=5000))["ok"]
+        assert (await w.call("complete", lease_id=first["lease_id"], outcome="succeeded"))["task_state"] == "SUCCEEDED"
+        assert (await w.call("release", lease_id=second["lease_id"]))["task_state"] == "WAITING"
+    assert (await task(tenant, ids[0]))["state"] == "SUCCEEDED"

@@ -23,11 +23,12 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serve(app):
-    """Run `app` with uvicorn (lifespan included) on a free port; yield its base URL."""
+async def serve(app, ws: Any = None):
+    """Run `app` with uvicorn (lifespan included) on a free port; yield its base URL. `ws`: the
+    WebSocket protocol (default: the one `orbit server` uses)."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on",
-                            ws_ping_interval=None, ws=websocket_protocol())
+                            ws_ping_interval=None, ws=ws or websocket_protocol())
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # uvicorn < 0.29
     task = asyncio.create_task(server.serve())

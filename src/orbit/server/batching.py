@@ -57,10 +57,14 @@ class GroupCommitter(Generic[C]):
                 await self._task
 
     async def submit(self, command: C) -> dict[str, Any]:
+        return await self.enqueue(command)
+
+    def enqueue(self, command: C) -> asyncio.Future:
+        """Queue `command`; its reply (or error) arrives on the returned future."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending.append((command, fut))
         self._wake.set()
-        return await fut
+        return fut
 
     async def _loop(self) -> None:
         while True:

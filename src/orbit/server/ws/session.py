@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from ..._rules import IDEMPOTENCY_KEY_RE
 from ..core.ids import is_id, new_id
 from ..services import dispatch
 from ..services.auth import Principal
+from .corked import SEND_TEXT_NOW
 from .hub import POLL_INTERVAL, WorkerHub
 
 log = structlog.get_logger("orbit.ws")
@@ -36,6 +38,10 @@ MAX_REMEMBERED_LEASES = 10_000
 def _debug_enabled() -> bool:
     """Whether per-frame debug lines would be written: checked once per session, not per frame."""
     return logging.getLogger("orbit.ws").isEnabledFor(logging.DEBUG)
+
+
+def _unavailable() -> dict[str, Any]:
+    return dispatch.fail("UNAVAILABLE", "temporarily unavailable; resend the same message id", 1000)
 
 
 class FrameError(Exception):
@@ -74,6 +80,9 @@ ALLOWED = {
 }
 # Per frame type, every key a frame may carry (checked with one subset test per frame).
 _KEYS = {kind: frozenset(fields | {"id", "type"}) for kind, fields in ALLOWED.items()}
+# Commands served by the node's group commits: answered from the transaction's callback, with no
+# task per frame. The others (hello, claim with its long poll, ping) each run in a task.
+GROUPED = ("start", "renew", "complete", "release")
 
 
 class WorkerSession:
@@ -92,7 +101,11 @@ class WorkerSession:
         # report skip the database lookup of where the lease lives. Only a hint for finding rows:
         # every check is made on the locked rows.
         self._granted: dict[str, tuple[str, str]] = {}
-        self._handlers = {kind: getattr(self, f"_on_{kind}") for kind in ALLOWED}
+        self._handlers = {kind: getattr(self, f"_on_{kind}") for kind in ALLOWED if kind not in GROUPED}
+        self._grouped = {kind: getattr(self, f"_{kind}_command") for kind in GROUPED}
+        # Writes a text frame at once when the server offers it (see ws/corked.py); None: ASGI send.
+        self._send_now = ws.scope.get("extensions", {}).get(SEND_TEXT_NOW)
+        self._sending: set[asyncio.Task] = set()
         # Claims of one application share transactions, whatever their queues: they meet on the
         # application's usage row, which one transaction then takes once (see dispatch.claim_many).
         self._claim_group = f"{principal.namespace_id}/{principal.application_id}"
@@ -102,11 +115,32 @@ class WorkerSession:
         if self._closed:
             return
         data = orjson.dumps(message).decode()
+        if self._write_now(data):
+            return
         async with self._send_lock:
             try:
                 await self.ws.send_text(data)
             except Exception:
                 self._closed = True
+
+    def _write_now(self, data: str) -> bool:
+        """Write the frame synchronously if the server allows it now; False: send it through ASGI."""
+        if self._send_now is None or self._closed:
+            return False
+        try:
+            return self._send_now(data)
+        except Exception:
+            self._closed = True
+            return True
+
+    def _answer(self, msg_id: str, reply: dict[str, Any]) -> None:
+        """Reply from a callback: written at once, or by a task when the socket must drain first."""
+        message = {"reply_to": msg_id, **reply}
+        if self._closed or self._write_now(orjson.dumps(message).decode()):
+            return
+        task = asyncio.get_running_loop().create_task(self.send(message))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     async def push(self, message: dict[str, Any]) -> None:
         await self.send(message)
@@ -141,6 +175,10 @@ class WorkerSession:
                     await self.close(1008, "every frame needs an id of 1-128 visible ASCII characters")
                     break
                 await self._in_flight.acquire()
+                kind = frame.get("type")
+                if kind in self._grouped:
+                    self._command(frame, msg_id, kind)
+                    continue
                 task = loop.create_task(self._handle(frame, msg_id))
                 self._tasks.add(task)
                 task.add_done_callback(self._done)
@@ -153,6 +191,45 @@ class WorkerSession:
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         self._in_flight.release()
+
+    def _command(self, frame: dict[str, Any], msg_id: str, kind: str) -> None:
+        """Check and queue a grouped command; its reply is written when its transaction ends."""
+        started = time.perf_counter()
+        try:
+            if not frame.keys() <= _KEYS[kind]:
+                unknown = sorted(set(frame) - _KEYS[kind])
+                raise FrameError("INVALID_ARGUMENT", f"{unknown[0]}: is not a known field")
+            if self.identity is None:
+                raise FrameError("STATE_CONFLICT", "send hello first")
+            fut, lease_id = self._grouped[kind](frame, msg_id)
+        except FrameError as exc:
+            self._in_flight.release()
+            self._answer(msg_id, dispatch.fail(exc.code, exc.message))
+            return
+        except Exception:
+            self._in_flight.release()
+            log.exception("frame_failed", session_id=self.session_id, type=kind)
+            self._answer(msg_id, _unavailable())
+            return
+        fut.add_done_callback(partial(self._commanded, msg_id, kind, lease_id, started))
+
+    def _commanded(self, msg_id: str, kind: str, lease_id: str, started: float, fut: asyncio.Future) -> None:
+        self._in_flight.release()
+        if fut.cancelled():
+            return  # the node is stopping
+        exc = fut.exception()
+        if exc is None:
+            reply = fut.result()
+            if kind == "complete" or kind == "release":
+                self._freed(lease_id, reply)
+        else:
+            if type(exc).__name__ != "DatabaseUnavailable":
+                log.error("frame_failed", session_id=self.session_id, type=kind, exc_info=exc)
+            reply = _unavailable()
+        self._answer(msg_id, reply)
+        if self._log_frames:
+            log.debug("frame", session_id=self.session_id, type=kind, ok=reply.get("ok"),
+                      latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
     async def _handle(self, frame: dict[str, Any], msg_id: str) -> None:
         started = time.perf_counter()
@@ -175,7 +252,7 @@ class WorkerSession:
             unavailable = type(exc).__name__ == "DatabaseUnavailable"
             if not unavailable:
                 log.exception("frame_failed", session_id=self.session_id, type=kind)
-            reply = dispatch.fail("UNAVAILABLE", "temporarily unavailable; resend the same message id", 1000)
+            reply = _unavailable()
         await self.send({"reply_to": msg_id, **reply})
         if self._log_frames:
             log.debug("frame", session_id=self.session_id, type=kind, ok=reply.get("ok"),
@@ -238,21 +315,23 @@ class WorkerSession:
                 return reply
             await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL))
 
-    async def _on_start(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
-        lease_id = _id_field(frame, "lease_id")
-        return await self.hub.starts.submit(
-            dispatch.StartCommand(self.principal.credential_id, msg_id, lease_id, self._granted.get(lease_id))
-        )
+    # Grouped commands: each returns the future of its reply and the lease it is about.
 
-    async def _on_renew(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+    def _start_command(self, frame: dict[str, Any], msg_id: str) -> tuple[asyncio.Future, str]:
+        lease_id = _id_field(frame, "lease_id")
+        return self.hub.starts.enqueue(
+            dispatch.StartCommand(self.principal.credential_id, msg_id, lease_id, self._granted.get(lease_id))
+        ), lease_id
+
+    def _renew_command(self, frame: dict[str, Any], msg_id: str) -> tuple[asyncio.Future, str]:
         lease_id = _id_field(frame, "lease_id")
         lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
-        return await self.hub.renews.submit(
+        return self.hub.renews.enqueue(
             dispatch.RenewCommand(self.principal.credential_id, msg_id, lease_id, lease_ms,
                                   self.session_id, self.hub.instance_id)
-        )
+        ), lease_id
 
-    async def _on_complete(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+    def _complete_command(self, frame: dict[str, Any], msg_id: str) -> tuple[asyncio.Future, str]:
         lease_id = _id_field(frame, "lease_id")
         outcome = frame.get("outcome")
         if outcome not in ("succeeded", "failed", "cancelled"):
@@ -272,21 +351,17 @@ class WorkerSession:
             raise FrameError("INVALID_ARGUMENT", "error: only allowed with outcome failed")
         if outcome != "succeeded" and "result" in frame:
             raise FrameError("INVALID_ARGUMENT", "result: only allowed with outcome succeeded")
-        reply = await self.hub.completes.submit(dispatch.CompleteCommand(
+        return self.hub.completes.enqueue(dispatch.CompleteCommand(
             self.principal.credential_id, msg_id, lease_id, outcome, result, error_message, retryable,
             self._granted.get(lease_id),
-        ))
-        self._freed(lease_id, reply)
-        return reply
+        )), lease_id
 
-    async def _on_release(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+    def _release_command(self, frame: dict[str, Any], msg_id: str) -> tuple[asyncio.Future, str]:
         lease_id = _id_field(frame, "lease_id")
-        reply = await self.hub.completes.submit(
+        return self.hub.completes.enqueue(
             dispatch.CompleteCommand(self.principal.credential_id, msg_id, lease_id, "release",
                                      located=self._granted.get(lease_id))
-        )
-        self._freed(lease_id, reply)
-        return reply
+        ), lease_id
 
     def _remember(self, reply: dict[str, Any]) -> None:
         for t in reply.get("tasks", ()):
