@@ -25,7 +25,7 @@ R = TypeVar("R")
 class GroupCommitter(Generic[C]):
     """Coalesce commands arriving within a few milliseconds into one transaction.
 
-    Each caller awaits its own reply; up to `parallel` transactions run at once.
+    Each caller gets a future of its own reply; up to `parallel` transactions run at once.
     """
 
     def __init__(
@@ -55,9 +55,6 @@ class GroupCommitter(Generic[C]):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-
-    async def submit(self, command: C) -> dict[str, Any]:
-        return await self.enqueue(command)
 
     def enqueue(self, command: C) -> asyncio.Future:
         """Queue `command`; its reply (or error) arrives on the returned future."""
