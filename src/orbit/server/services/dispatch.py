@@ -123,15 +123,9 @@ async def claim(
     return reply
 
 
-_CONTROLS = ("SELECT namespace_id, paused, retired_at, max_concurrency, rate_per_second FROM queues "
-             "WHERE id = ?")
-
-
 _PICK = ("SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
          "start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND available_at <= {now} "
          "ORDER BY priority DESC, available_at, id LIMIT ?")
-_USAGE = ("SELECT permits_in_use, rate_window_start, rate_window_used, rate_reserved, permits_freed_at, "
-          "{now} AS db_now FROM queue_usage WHERE queue_id = ?")
 
 
 async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[dict[str, Any]]:
@@ -294,10 +288,10 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
 async def _grant_locked(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any],
                         slots: list[int]) -> None:
     """The exact order: lock the queue's usage row first, then pick and lease under it."""
-    (usage,) = await tx.raw_rows(_USAGE.format(now="NULL") + tx.for_update, (queue_id,),
+    (usage,) = await tx.raw_rows(_USAGE_OF.format(now="NULL", ids="?") + tx.for_update, (queue_id,),
                                  datetimes=("rate_window_start", "permits_freed_at"))
     # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
-    (q,) = await tx.raw_rows(_CONTROLS, (queue_id,))
+    (q,) = await tx.raw_rows(_CONTROLS_OF.format(ids="?"), (queue_id,))
     if q["paused"]:
         return
     # The clock after the lock: every lease whose permit is reused here ended before it.
