@@ -83,22 +83,28 @@ async def record(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource
     )
 
 
-async def record_new(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource_id: str | None) -> None:
-    """The record of a write whose key `lookup` found free, inserted with the commit (no
-    placeholder round trips). A concurrent request that took the key meanwhile makes the
-    insert fail on the primary key, and the transaction runs again and replays it."""
+async def insert_records(tx: Tx, rows: list[tuple[Any, ...]]) -> None:
+    """Insert finished records (namespace, operation, key, digest, resource id, response, created
+    at) with the commit, for keys found free earlier in the transaction. A concurrent request that
+    took one meanwhile fails the insert on the primary key (here, or with the later round trip
+    that carries it), and the transaction runs again and replays it."""
     tx.error_means(DUPLICATE_KEY, RetryTransaction)
     try:
-        await tx.defer(
+        await tx.defer_many(
             "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (scope.namespace_id, scope.operation, scope.key, scope.digest, resource_id,
-             orjson.dumps(data).decode(), await tx.now()),
+            rows,
         )
     except Exception as exc:
         if is_duplicate_key(exc):
             raise RetryTransaction() from exc
         raise
+
+
+async def record_new(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource_id: str | None) -> None:
+    """The record of a write whose key `lookup` found free (no placeholder round trips)."""
+    await insert_records(tx, [(scope.namespace_id, scope.operation, scope.key, scope.digest, resource_id,
+                               orjson.dumps(data).decode(), await tx.now())])
 
 
 async def run_idempotent(tx: Tx, scope: IdempotencyScope, effect: Effect) -> Outcome:

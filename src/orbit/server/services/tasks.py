@@ -33,10 +33,10 @@ from ..errors import (
     state_conflict,
     unauthenticated,
 )
-from ..store.db import BAD_NULL, DUPLICATE_KEY, Database, RetryTransaction, Tx, is_duplicate_key, placeholders
+from ..store.db import BAD_NULL, Database, Tx, placeholders
 from ..store.tables import leases, queues, tasks
 from .auth import Principal, unrevoked_sql
-from .idempotency import IdempotencyScope, Outcome, request_digest
+from .idempotency import IdempotencyScope, Outcome, insert_records, request_digest
 from .outbox import Actor, emit_many, write_audit
 from .usage import PlanNoLongerHolds, UsageChanges, lock_last
 
@@ -453,19 +453,7 @@ async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candida
         c.task = task_json(c.row, payload=orjson.Fragment(c.row["payload"]))
         records.append((principal.namespace_id, OP_SUBMIT, c.cmd.key, c.cmd.digest, c.row["id"],
                         _submit_receipt(c.row), now))
-    # A concurrent request may hold one of these keys: the duplicate-key error (here, or with
-    # a later round trip that carries this deferred INSERT) runs the transaction again to replay it.
-    tx.error_means(DUPLICATE_KEY, RetryTransaction)
-    try:
-        await tx.defer_many(
-            "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            records,
-        )
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            raise RetryTransaction() from exc
-        raise
+    await insert_records(tx, records)
     cols = list(accepted[0].row)
     await tx.defer_many(
         f"INSERT INTO tasks ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
