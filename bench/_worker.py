@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import websockets
 
+from bench._lean import run_lean_session
 from orbit.server.ws.corked import CorkedTransport
 
 
@@ -138,21 +139,11 @@ async def run_session(url: str, token: str, queue_id: str, node_id: str, stop: a
                       max_tasks: int = 50, counter: list[int] | None = None, *, handler_ms: float = 0,
                       retry_rate_limited: bool = False, lease_ms: int = 60000, wait_ms: int = 500,
                       stats: Stats | None = None) -> None:
-    """Claim up to `max_tasks`, start and complete each (concurrently), repeat until `stop`."""
-    stats = stats or Stats()
-    s = await RawSession.connect(url, token, queue_id, node_id)
-    try:
-        while not stop.is_set():
-            r = await s.call({"type": "claim", "queue_id": queue_id, "max_tasks": max_tasks, "wait_ms": wait_ms,
-                              "lease_ms": lease_ms})
-            if r["ok"] and r["tasks"]:
-                await asyncio.gather(*(_run_lease(s, t, stop, stats, counter, handler_ms, retry_rate_limited)
-                                       for t in r["tasks"]))
-            elif not r["ok"]:
-                stats.errors += 1
-                await asyncio.sleep(0.05)
-    finally:
-        await s.close()
+    """Claim up to `max_tasks`, start and complete each (concurrently), repeat until `stop`
+    (on the lean client of bench/_lean.py: this is the drain's hot loop)."""
+    await run_lean_session(url, token, queue_id, node_id, stop, stats or Stats(), counter, max_tasks=max_tasks,
+                           lease_ms=lease_ms, wait_ms=wait_ms, handler_ms=handler_ms,
+                           retry_rate_limited=retry_rate_limited)
 
 
 async def run_queues_session(url: str, token: str, queue_ids: list[str], node_id: str, stop: asyncio.Event,

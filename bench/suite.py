@@ -56,6 +56,7 @@ class Sizes:
     claim_max_tasks: int
     latency_seconds: float
     latency_fixed_rate: float  # a second latency point at the same offered rate for every system (0: skip)
+    latency_tick_ms: float  # the open loop offers what is due every tick (smaller: smoother arrivals)
     backlogs: list[int]
     backlog_samples: int
     backlog_sample_seconds: float
@@ -73,14 +74,14 @@ class Sizes:
 
 QUICK = Sizes(
     single_submits=1000, single_concurrency=32, batches=60, batch_size=500, batch_concurrency=4,
-    drain_tasks=20_000, worker_processes=2, sessions_per_process=8, claim_max_tasks=50, latency_seconds=10, latency_fixed_rate=50,
+    drain_tasks=20_000, worker_processes=2, sessions_per_process=8, claim_max_tasks=50, latency_seconds=10, latency_fixed_rate=50, latency_tick_ms=20,
     backlogs=[0, 10_000, 100_000], backlog_samples=100, backlog_sample_seconds=15,
     queues=300, limits_concurrency=8, limits_rate=50, limits_seconds=10, limits_handler_ms=50,
     ceiling_seconds=5, ceiling_processes=2, ceiling_connections=16, drain_timeout=240, peer_drain_tasks=5000,
 )
 FULL = Sizes(
     single_submits=10_000, single_concurrency=32, batches=200, batch_size=500, batch_concurrency=4,
-    drain_tasks=100_000, worker_processes=2, sessions_per_process=8, claim_max_tasks=50, latency_seconds=30, latency_fixed_rate=50,
+    drain_tasks=100_000, worker_processes=2, sessions_per_process=8, claim_max_tasks=50, latency_seconds=30, latency_fixed_rate=50, latency_tick_ms=20,
     backlogs=[0, 100_000, 1_000_000], backlog_samples=500, backlog_sample_seconds=60,
     queues=10_000, limits_concurrency=32, limits_rate=200, limits_seconds=30, limits_handler_ms=50,
     ceiling_seconds=15, ceiling_processes=2, ceiling_connections=16, drain_timeout=1800, peer_drain_tasks=100_000,
@@ -458,7 +459,7 @@ async def orbit_latency(ctx: Context, client: httpx.AsyncClient, db: Conn, qid: 
     (t_start,), = await db.fetch("SELECT NOW(6)")
     pool = RawPool.like(client)
     try:
-        sent, refused = await open_loop(target, s.latency_seconds, lambda k, tag: _submit_some(pool, qid, k, tag))
+        sent, refused = await open_loop(target, s.latency_seconds, tick=s.latency_tick_ms / 1000, send=lambda k, tag: _submit_some(pool, qid, k, tag))
     finally:
         await pool.close()
     got, _ = await wait_count(db, "SELECT COUNT(*) FROM leases l JOIN tasks t ON t.id = l.task_id "
@@ -487,7 +488,7 @@ async def orbit_sustained(ctx: Context, client: httpx.AsyncClient, db: Conn, qid
     t0 = time.perf_counter()
     pool = RawPool.like(client)
     try:
-        sent, _ = await open_loop(offer, s.latency_seconds, lambda k, tag: _submit_some(pool, qid, k, tag))
+        sent, _ = await open_loop(offer, s.latency_seconds, tick=s.latency_tick_ms / 1000, send=lambda k, tag: _submit_some(pool, qid, k, tag))
     finally:
         await pool.close()
     window = time.perf_counter() - t0
