@@ -5,6 +5,7 @@ CPU is not the benchmark process's):
 
     ORBIT_BENCH_TOKEN=... python -m bench._worker --urls http://127.0.0.1:8080 --queue QID --sessions 4
 
+With `--sdk` each session is an `orbit.Worker` (the SDK's runtime) instead.
 It works until SIGTERM/SIGINT or `--seconds`, then prints one JSON line
 {"completed": n, "rate_limited": n, "errors": n}. With `--queues-file` each
 session walks its share of many queues (one claim per queue per pass) instead.
@@ -178,6 +179,26 @@ async def run_queues_session(url: str, token: str, queue_ids: list[str], node_id
         await s.close()
 
 
+async def run_sdk_worker(url: str, token: str, queue_id: str, node_id: str, stop: asyncio.Event, stats: Stats,
+                         concurrency: int, lease_ms: int) -> None:
+    """One `orbit.Worker` (the SDK's runtime: its own session, Start, renewals, reports) with a
+    no-op handler, for the drain a user's workers would get."""
+    import orbit
+
+    worker = orbit.Worker(url=url, token=token, queues=[queue_id], concurrency=concurrency, node_id=node_id,
+                          lease_ms=lease_ms, claim_wait_ms=500)
+
+    @worker.handler
+    async def handle(task: orbit.TaskContext) -> None:
+        stats.completed += 1
+
+    run = asyncio.create_task(worker.arun())
+    await asyncio.wait([run, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if not run.done():
+        await worker.astop()
+    await run
+
+
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     token = os.environ["ORBIT_BENCH_TOKEN"]
     urls = args.urls.split(",")
@@ -192,6 +213,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         mine = all_ids[args.shard::args.shards]
         coros = [run_queues_session(urls[i % len(urls)], token, mine[i::args.sessions], f"{args.node_prefix}-{i}",
                                     stop, stats, args.max_tasks) for i in range(args.sessions)]
+    elif args.sdk:
+        coros = [run_sdk_worker(urls[i % len(urls)], token, args.queue, f"{args.node_prefix}-{i}", stop, stats,
+                                args.max_tasks, args.lease_ms) for i in range(args.sessions)]
     else:
         coros = [run_session(urls[i % len(urls)], token, args.queue, f"{args.node_prefix}-{i}", stop,
                              args.max_tasks, handler_ms=args.handler_ms, retry_rate_limited=args.retry_rate_limited,
@@ -221,6 +245,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--max-tasks", type=int, default=50)
     ap.add_argument("--handler-ms", type=float, default=0)
+    ap.add_argument("--sdk", action="store_true", help="run orbit.Worker instances (concurrency = --max-tasks)")
     ap.add_argument("--retry-rate-limited", action="store_true")
     ap.add_argument("--lease-ms", type=int, default=60000)
     ap.add_argument("--seconds", type=float, default=3600)

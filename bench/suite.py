@@ -403,10 +403,13 @@ async def submit(ctx: Context) -> None:
 # ------------------------------------------------------------------ drain (+ steady-state latency)
 
 
-async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_drain: bool = True) -> None:
+async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_drain: bool = True,
+                      sdk: bool = False) -> None:
+    """Drain pre-loaded tasks with worker processes: the bench's lean raw-protocol sessions, or
+    (`sdk`) the SDK's `orbit.Worker` runtime with a no-op handler, as a user's workers would."""
     s = ctx.sizes
     n = s.drain_tasks
-    name = f"drain{nodes}"
+    name = f"drain{nodes}{'-sdk' if sdk else ''}"
     with environment(None, nodes, ctx.log_dir) as (urls, creds):
         token, db_url = creds["token"], creds["_database_url"]
         db = Conn(db_url)
@@ -416,7 +419,7 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                 qid = await create_queue(client, f"drain-{uuid.uuid4().hex[:6]}")
                 load_s = await api_preload(client, qid, n)
                 t_launch = time.perf_counter()
-                procs = spawn_workers(ctx, urls, token, name, queue_id=qid)
+                procs = spawn_workers(ctx, urls, token, name, queue_id=qid, extra=["--sdk"] if sdk else None)
                 # Progress from the queue's usage row; the finished tasks are counted once, at the end.
                 await wait_count(db, DRAINED, (qid,), 1, s.drain_timeout)
                 done = int(await db.scalar(
@@ -427,11 +430,12 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                     "WHERE queue_id = %s AND outcome = 'SUCCEEDED'", (qid,))
                 active = (span_us or 1) / 1e6
                 rate = done / active
-                if nodes == 1:
+                if nodes == 1 and not sdk:
                     ctx.facts["orbit_drain_1node_per_s"] = rate
+                workers = (f"SDK: {len(procs)}x{s.sessions_per_process} orbit.Worker" if sdk
+                           else f"{len(procs)}x{s.sessions_per_process} sessions")
                 if report_drain:
-                    ctx.add("drain", "orbit", f"{nodes} node{'s' if nodes > 1 else ''}, {len(procs)}x"
-                            f"{s.sessions_per_process} sessions", tasks=done, tasks_per_s=r1(rate),
+                    ctx.add("drain", "orbit", f"{nodes} node{'s' if nodes > 1 else ''}, {workers}", tasks=done, tasks_per_s=r1(rate),
                             wall_tasks_per_s=r1(done / wall), preload_tasks_per_s=r1(n / load_s),
                             status="ok" if done >= n else "partial",
                             note="" if done >= n else f"timed out after {wall:.0f}s")
