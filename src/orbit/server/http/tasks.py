@@ -70,7 +70,7 @@ async def submit_task(request: Request, queue_id: str):
         raise admission.error
     outcome = admission.outcome
     if not outcome.deduplicated:
-        request.app.state.hub.notifier.notify(queue_id)
+        request.app.state.hub.notifier.notify(queue_id, 1)
     return outcome_response(request, outcome, 201)
 
 
@@ -104,7 +104,7 @@ async def submit_batch(request: Request, queue_id: str):
     commands = [svc.batch_item_command(queue_id, i, item, limit) for i, item in enumerate(items)]
     scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, key, request_digest({"queue_id": queue_id}, raw))
     outcome = await svc.submit_batch(request.app.state.db, who, queue_id, scope, commands)
-    request.app.state.hub.notifier.notify(queue_id)
+    request.app.state.hub.notifier.notify(queue_id, len(commands))
     return outcome_response(request, outcome)
 
 
@@ -178,7 +178,7 @@ async def cancel_task(request: Request, task_id: str):
     actor, scope = write_context(request, who, svc.OP_CANCEL, {"task_id": task_id}, raw)
     outcome = await svc.cancel_task(request.app.state.db, who, actor, scope, task_id, req)
     request.app.state.hub.wake_pushes()
-    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"])
+    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"], 1)
     return outcome_response(request, outcome)
 
 
@@ -194,7 +194,7 @@ async def review_task(request: Request, task_id: str):
     raw, req = await read_body(request, ReviewTaskRequest)
     actor, scope = write_context(request, who, svc.OP_REVIEW, {"task_id": task_id}, raw)
     outcome = await svc.review_task(request.app.state.db, who, actor, scope, task_id, req)
-    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"])
+    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"], 1)
     return outcome_response(request, outcome)
 
 

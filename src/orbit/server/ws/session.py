@@ -313,7 +313,7 @@ class WorkerSession:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return reply
-            await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL))
+            await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks)
 
     # Grouped commands: each returns the future of its reply and the lease it is about.
 
@@ -374,4 +374,4 @@ class WorkerSession:
         if reply.get("ok"):
             self._granted.pop(lease_id, None)
         for q in self.queues:
-            self.hub.notifier.notify(q)
+            self.hub.notifier.notify(q, 1)

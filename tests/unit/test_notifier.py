@@ -1,0 +1,70 @@
+"""Sized wake-ups of long-polling claims (ws/hub.py `Notifier`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orbit.server.ws.hub import Notifier
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def _waiters(n: Notifier, queue: str, wants: list[int], timeout: float = 5.0) -> list[asyncio.Task]:
+    tasks = []
+    for want in wants:
+        tasks.append(asyncio.create_task(n.wait(queue, timeout, want)))
+        await asyncio.sleep(0)  # registered in this order
+    await asyncio.sleep(0)
+    return tasks
+
+
+async def test_a_notification_wakes_the_longest_waiting_claims_that_cover_its_count() -> None:
+    n = Notifier()
+    a, b, c = await _waiters(n, "q", [10, 10, 10])
+    n.notify("q", 15)
+    await asyncio.wait_for(asyncio.gather(a, b), 1.0)
+    await asyncio.sleep(0.01)
+    assert not c.done()
+    n.notify("q", 1)
+    await asyncio.wait_for(c, 1.0)
+    assert n.queues() == []
+
+
+async def test_unknown_count_wakes_every_claim_and_other_queues_sleep_on() -> None:
+    n = Notifier()
+    tasks = await _waiters(n, "q", [1, 1, 1])
+    (other,) = await _waiters(n, "r", [1])
+    n.notify("q")
+    await asyncio.wait_for(asyncio.gather(*tasks), 1.0)
+    await asyncio.sleep(0.01)
+    assert not other.done()
+    other.cancel()
+
+
+async def test_a_notification_nobody_heard_is_kept_once_for_the_next_claim() -> None:
+    n = Notifier()
+    n.notify("q", 1)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await n.wait("q", 5.0)  # returns at once: its claim may have read before that work committed
+    assert loop.time() - t0 < 1.0
+    await n.wait("q", 0.01)  # the next one waits again
+    assert n.queues() == []
+
+
+async def test_timed_out_and_cancelled_waits_leave_no_entry_behind() -> None:
+    n = Notifier()
+    await n.wait("q", 0.01)
+    (t,) = await _waiters(n, "q", [5])
+    t.cancel()
+    await asyncio.gather(t, return_exceptions=True)
+    assert n.queues() == []
+    n.notify("q", 1)  # nobody waits: kept for the next claim
+    await asyncio.wait_for(n.wait("q", 5.0), 1.0)
