@@ -26,15 +26,23 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._db import wait_unfinished  # noqa: E402
 from bench._harness import environment, percentile  # noqa: E402
-from bench._worker import run_loop, run_session  # noqa: E402
+from bench._worker import Stats, run_loop, run_sdk_worker, run_session  # noqa: E402
 
 
-def _worker_process(urls, token, queue_id, sessions, seconds, result_q) -> None:
+def _worker_process(urls, token, queue_id, sessions, seconds, result_q, sdk: bool = False) -> None:
+    """Worker sessions in a process of their own: the bench's lean sessions, or (`sdk`) one
+    `orbit.Worker` each (concurrency 50)."""
     async def main():
         stop = asyncio.Event()
         counter = [0]
-        tasks = [asyncio.create_task(run_session(urls[i % len(urls)], token, queue_id, f"bench-w{i}", stop,
-                                                 counter=counter)) for i in range(sessions)]
+        if sdk:
+            stats = Stats()
+            coros = [run_sdk_worker(urls[i % len(urls)], token, queue_id, f"bench-w{i}", stop, stats, 50, 60000)
+                     for i in range(sessions)]
+        else:
+            coros = [run_session(urls[i % len(urls)], token, queue_id, f"bench-w{i}", stop, counter=counter)
+                     for i in range(sessions)]
+        tasks = [asyncio.create_task(c) for c in coros]
         await asyncio.sleep(seconds)
         stop.set()
         await asyncio.wait(tasks, timeout=5)

@@ -2,7 +2,10 @@
 single submits at a low steady rate; every hop is timestamped on the client (wall clock)
 and joined with the database's own times (created_at, leased_at, started_at).
 
-    python bench/latency_probe.py [--rate 20] [--seconds 10] [--sessions 4]
+    python bench/latency_probe.py [--rate 20] [--seconds 10] [--sessions 4] [--batch 1]
+
+`--rate` counts submit requests; with `--batch N` each carries N tasks (a burst, as the
+suite's open loop sends every 20 ms).
 
 Prints the p50/p90 of each hop in milliseconds:
   submit.send -> task.created_at -> submit.reply
@@ -31,7 +34,7 @@ from bench._worker import RawSession, run_loop  # noqa: E402
 from bench.suite import create_queue  # noqa: E402
 
 
-async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: int) -> None:
+async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: int, batch: int = 1) -> None:
     import httpx
 
     token = wtoken = creds["token"]
@@ -70,11 +73,17 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
 
     async def submit(i: int) -> None:
         sent = time.time()
-        status, body = await pool.post(f"/v1/queues/{qid}/tasks", {"payload": {"i": i}},
-                                       {"Idempotency-Key": f"p-{i}-{uuid.uuid4().hex[:6]}"})
+        tag = f"{i}-{uuid.uuid4().hex[:6]}"
+        if batch == 1:
+            _, body = await pool.post(f"/v1/queues/{qid}/tasks", {"payload": {"i": i}}, {"Idempotency-Key": f"p-{tag}"})
+            ids = [orjson.loads(body)["data"]["task"]["id"]]
+        else:
+            items = [{"idempotency_key": f"p-{tag}-{j}", "payload": {"i": j}} for j in range(batch)]
+            _, body = await pool.post(f"/v1/queues/{qid}/tasks:batch", {"tasks": items}, {"Idempotency-Key": f"pb-{tag}"})
+            ids = [x["task"]["id"] for x in orjson.loads(body)["data"]["results"]]
         replied = time.time()
-        tid = orjson.loads(body)["data"]["task"]["id"]
-        times.setdefault(tid, {}).update(submit_send=sent, submit_reply=replied)
+        for tid in ids:
+            times.setdefault(tid, {}).update(submit_send=sent, submit_reply=replied)
 
     t0 = time.perf_counter()
     pending = []
@@ -105,7 +114,7 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
         for (a, ta), (b, tb) in zip(points, points[1:]):
             hops.setdefault(f"{a} -> {b}", []).append((tb - ta) * 1000)
         hops.setdefault("TOTAL created_at -> started_at", []).append((ts(started) - ts(created)) * 1000)
-    print(f"{len(rows)} tasks at {rate}/s, {sessions} sessions")
+    print(f"{len(rows)} tasks at {rate}/s x {batch} per request, {sessions} sessions")
     for k, v in hops.items():
         print(f"  {k:40s} p50 {percentile(v, 50):7.2f}  p90 {percentile(v, 90):7.2f} ms")
 
@@ -115,9 +124,10 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=1, help="tasks per submit request (a batch submit when > 1)")
     a = ap.parse_args()
     with environment(None) as (urls, creds):
-        run_loop(probe(urls[0], creds, a.rate, a.seconds, a.sessions))
+        run_loop(probe(urls[0], creds, a.rate, a.seconds, a.sessions, a.batch))
 
 
 if __name__ == "__main__":
