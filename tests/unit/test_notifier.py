@@ -50,6 +50,7 @@ async def test_unknown_count_wakes_every_claim_and_other_queues_sleep_on() -> No
 
 async def test_a_notification_nobody_heard_is_kept_once_for_the_next_claim() -> None:
     n = Notifier()
+    n.watch("q")  # a claim of this node is about to read the queue
     n.notify("q", 1)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -68,3 +69,15 @@ async def test_timed_out_and_cancelled_waits_leave_no_entry_behind() -> None:
     assert n.queues() == []
     n.notify("q", 1)  # nobody waits: kept for the next claim
     await asyncio.wait_for(n.wait("q", 5.0), 1.0)
+
+
+async def test_queues_nobody_polls_here_keep_nothing() -> None:
+    n = Notifier()
+    for i in range(1000):
+        n.notify(f"q{i}", 1)
+    assert not n._missed and n.queues() == []
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    n.watch("q1")
+    await n.wait("q1", 0.05)  # a first claim waits: it read after those submits committed
+    assert loop.time() - t0 >= 0.04

@@ -46,6 +46,9 @@ class Notifier:
     def __init__(self) -> None:
         self._waiters: dict[str, deque[tuple[asyncio.Future, int]]] = {}
         self._missed: set[str] = set()
+        # Queues long-polled by some claim on this node: only their missed notifications are
+        # kept, so that submits to queues no worker here polls leave nothing behind.
+        self._polled: set[str] = set()
 
     def notify(self, queue_id: str, count: int | None = None) -> None:
         """`count` tasks or permits may be claimable in `queue_id` (None: unknown, wake every claim)."""
@@ -60,11 +63,16 @@ class Notifier:
                 covered += want
         if not waiters:
             self._waiters.pop(queue_id, None)
-        if not woken:
+        if not woken and queue_id in self._polled:
             self._missed.add(queue_id)
+
+    def watch(self, queue_id: str) -> None:
+        """A claim on `queue_id` is about to read: from now on, a notification nobody hears is kept."""
+        self._polled.add(queue_id)
 
     async def wait(self, queue_id: str, timeout: float, want: int = 1) -> None:
         """Until a notification for `queue_id` names this claim, or `timeout` seconds."""
+        self._polled.add(queue_id)
         if queue_id in self._missed:
             self._missed.discard(queue_id)
             return

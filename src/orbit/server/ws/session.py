@@ -302,6 +302,8 @@ class WorkerSession:
         wait_ms = _int(frame, "wait_ms", 0, 30_000, 0)
         assert self.identity is not None
         deadline = time.monotonic() + wait_ms / 1000
+        if wait_ms:
+            self.hub.notifier.watch(queue_id)
         while True:
             if self.hub.draining or self._closed:
                 return dispatch.ok(tasks=[])
