@@ -461,11 +461,7 @@ async def orbit_latency(ctx: Context, client: httpx.AsyncClient, db: Conn, qid: 
     """Offer `target` tasks/s while the workers run; submit->Start from stored history."""
     s = ctx.sizes
     (t_start,), = await db.fetch("SELECT NOW(6)")
-    pool = RawPool.like(client)
-    try:
-        sent, refused = await open_loop(target, s.latency_seconds, tick=s.latency_tick_ms / 1000, send=lambda k, tag: _submit_some(pool, qid, k, tag))
-    finally:
-        await pool.close()
+    sent, refused = await offer_submits(client, qid, target, s.latency_seconds, s.latency_tick_ms)
     got, _ = await wait_count(db, "SELECT COUNT(*) FROM leases l JOIN tasks t ON t.id = l.task_id "
                                   "WHERE l.queue_id = %s AND l.started_at IS NOT NULL AND t.created_at >= %s",
                               (qid, t_start), sent, 60)
@@ -490,11 +486,7 @@ async def orbit_sustained(ctx: Context, client: httpx.AsyncClient, db: Conn, qid
     count = "SELECT COUNT(*) FROM tasks WHERE queue_id = %s AND state = 'SUCCEEDED'"
     before = int(await db.scalar(count, (qid,)) or 0)
     t0 = time.perf_counter()
-    pool = RawPool.like(client)
-    try:
-        sent, _ = await open_loop(offer, s.latency_seconds, tick=s.latency_tick_ms / 1000, send=lambda k, tag: _submit_some(pool, qid, k, tag))
-    finally:
-        await pool.close()
+    sent, _ = await offer_submits(client, qid, offer, s.latency_seconds, s.latency_tick_ms)
     window = time.perf_counter() - t0
     during = int(await db.scalar(count, (qid,)) or 0) - before
     await wait_count(db, DRAINED, (qid,), 1, 120)
@@ -502,6 +494,17 @@ async def orbit_sustained(ctx: Context, client: httpx.AsyncClient, db: Conn, qid
     ctx.add("latency", "orbit", "sustained submit+drain", offered_per_s=r1(offer), accepted=sent,
             tasks_per_s=r1(rate))
     return rate
+
+
+async def offer_submits(client: httpx.AsyncClient, qid: str, rate: float, seconds: float,
+                        tick_ms: float) -> tuple[int, int]:
+    """Offer `rate` tasks/s to queue `qid` for `seconds` (open loop, what is due every `tick_ms`)
+    through a light HTTP pool like `client`; returns (accepted, refused)."""
+    pool = RawPool.like(client)
+    try:
+        return await open_loop(rate, seconds, tick=tick_ms / 1000, send=lambda k, tag: _submit_some(pool, qid, k, tag))
+    finally:
+        await pool.close()
 
 
 async def _submit_some(pool: RawPool, qid: str, k: int, tag: str) -> int:

@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import _proc, suite
 from bench._db import Conn
 from bench._harness import cpu_seconds, environment, percentile, pid_of
-from bench._http import RawPool
 
 
 async def measure(args: argparse.Namespace) -> None:
@@ -68,12 +67,7 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> None:
                     spy = subprocess.Popen(["py-spy", "record", "-r", "400", "-d", str(int(args.seconds)), "-f", "raw",
                                             "-o", args.py_spy, "-p", str(pids["server"][0])],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                pool = RawPool.like(client)
-                try:
-                    sent, _ = await suite.open_loop(args.rate, args.seconds, tick=args.tick / 1000,
-                                                    send=lambda k, tag: suite._submit_some(pool, qid, k, tag))
-                finally:
-                    await pool.close()
+                sent, _ = await suite.offer_submits(client, qid, args.rate, args.seconds, args.tick)
                 wall = time.perf_counter() - w0
                 cpu1 = {k: sum(cpu_seconds(x) for x in v) for k, v in pids.items()}
                 if spy is not None:
