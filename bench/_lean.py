@@ -182,7 +182,6 @@ class LeanWorker:
     def __init__(self, queue_id: str, node_id: str, stop: asyncio.Event, stats: Any, counter: list[int] | None, *,
                  max_tasks: int, lease_ms: int, wait_ms: int, handler_ms: float, retry_rate_limited: bool) -> None:
         self.queue_id = queue_id
-        self.node_id = node_id
         self.stop = stop
         self.stats = stats
         self.counter = counter
