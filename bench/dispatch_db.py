@@ -29,6 +29,7 @@ from orbit.server.services.idempotency import IdempotencyScope  # noqa: E402
 from orbit.server.services.queues import insert_queue  # noqa: E402
 from orbit.server.store import db as dbmod  # noqa: E402
 from orbit.server.store import migrate  # noqa: E402
+from orbit.server.store import tx as txmod  # noqa: E402
 
 STATS: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
 
@@ -40,23 +41,20 @@ def _mariadb_cpu_seconds() -> float | None:
 
 
 def _time_statements() -> None:
-    for name in ("raw", "raw_rows", "raw_many"):
-        orig = getattr(dbmod.Tx, name)
+    orig = txmod.Tx._one_statement
 
-        def make(orig=orig, name=name):
-            async def timed(self, sql, *a, **k):
-                if self._multi:  # timed statement by statement in one_by_one
-                    return await orig(self, sql, *a, **k)
-                t = time.perf_counter()
-                try:
-                    return await orig(self, sql, *a, **k)
-                finally:
-                    s = STATS[" ".join(sql.split()[:4])[:60]]
-                    s[0] += 1
-                    s[1] += time.perf_counter() - t
-            return timed
+    async def timed(self, stmt):
+        if self._multi:  # timed statement by statement in one_by_one
+            return await orig(self, stmt)
+        t = time.perf_counter()
+        try:
+            return await orig(self, stmt)
+        finally:
+            s = STATS[" ".join(stmt.sql.split()[:4])[:60]]
+            s[0] += 1
+            s[1] += time.perf_counter() - t
 
-        setattr(dbmod.Tx, name, make())
+    txmod.Tx._one_statement = timed
 
     async def one_by_one(self, statements):
         """`_run_mysql` with every statement of the round trip sent and timed on its own."""
@@ -79,7 +77,7 @@ def _time_statements() -> None:
             s[1] += time.perf_counter() - t
         return out
 
-    dbmod.Tx._run_mysql = one_by_one
+    txmod.Tx._run_mysql = one_by_one
 
 
 async def run(url: str, total: int, batch: int) -> dict:

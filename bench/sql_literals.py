@@ -1,6 +1,6 @@
 """CPU to build one 500-row `INSERT INTO tasks … VALUES …` statement, as a batch submit does:
 every value escaped, repeated values' literals remembered, and column by column (what
-`Tx.defer_many` does: constant columns escaped once). No database needed.
+`Tx.defer_rows` does: constant columns escaped once). No database needed.
 
     python bench/sql_literals.py
 """
@@ -17,11 +17,11 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from orbit.server.core.ids import new_id  # noqa: E402
-from orbit.server.store.db import Tx  # noqa: E402
+from orbit.server.store.literals import Literals  # noqa: E402
 
 
 def main() -> None:
-    tx = Tx(None, "mysql")  # type: ignore[arg-type]
+    lits = Literals()
     now = datetime(2026, 1, 1, 12, 0, 0, 123456)
     retry = {"initial_backoff_ms": 1000, "max_backoff_ms": 60000, "multiplier": 2.0}
     rows = [
@@ -34,11 +34,11 @@ def main() -> None:
     def build(lit) -> str:
         return ",".join("(" + ",".join(map(lit, r)) + ")" for r in rows)
 
-    assert build(tx._literal) == build(tx._memo_literal()) == tx._values_list(rows)
+    assert build(lits.literal) == build(lits.memo_literal()) == lits.values_list(rows)
     n = 100
-    plain = timeit.timeit(lambda: build(tx._literal), number=n) / n
-    memo = timeit.timeit(lambda: build(tx._memo_literal()), number=n) / n
-    columns = timeit.timeit(lambda: tx._values_list(rows), number=n) / n
+    plain = timeit.timeit(lambda: build(lits.literal), number=n) / n
+    memo = timeit.timeit(lambda: build(lits.memo_literal()), number=n) / n
+    columns = timeit.timeit(lambda: lits.values_list(rows), number=n) / n
     print(f"500-row VALUES list: each value escaped {plain * 1e3:.2f} ms; repeated values remembered "
           f"{memo * 1e3:.2f} ms ({memo / plain:.0%}); column by column {columns * 1e3:.2f} ms ({columns / plain:.0%})")
 

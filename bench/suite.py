@@ -27,8 +27,6 @@ import orjson
 from bench import _proc
 from bench._db import Conn, preload_waiting
 from bench._http import RawPool
-from orbit.server.core.history import max_overlap
-from orbit.server.core.history import rate_windows as windows
 from bench._harness import (
     create_mysql_database,
     drop_mysql_database,
@@ -36,6 +34,8 @@ from bench._harness import (
     mysql,
     percentile,
 )
+from tests.support.history import max_overlap
+from tests.support.history import rate_windows as windows
 
 REPO = Path(__file__).resolve().parent.parent
 

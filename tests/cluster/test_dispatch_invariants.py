@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from orbit.server.core.history import max_overlap, rate_windows
+from tests.support.history import max_overlap, rate_windows
 from tests.integration.worker_client import Worker
 
 from .nodes import async_client, fetch_all, post, warm_up

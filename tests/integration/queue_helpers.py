@@ -154,7 +154,7 @@ async def state(db: Database, namespace_id: str) -> dict[str, Any]:
         )
         return {"counts": counts, "queues": [tuple(r.values()) for r in rows]}
 
-    return await db.read(read)
+    return await db.core_read(read)
 
 
 async def audit_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
@@ -164,7 +164,7 @@ async def audit_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
         )
         return [dict(r) for r in rows]
 
-    return await db.read(read)
+    return await db.core_read(read)
 
 
 async def event_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
@@ -172,7 +172,7 @@ async def event_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
         rows = await tx.all(select(events).where(events.c.resource_id == resource_id).order_by(events.c.id))
         return [dict(r) for r in rows]
 
-    return await db.read(read)
+    return await db.core_read(read)
 
 
 async def idempotency_count(db: Database, namespace_id: str, key: str) -> int:
@@ -183,4 +183,4 @@ async def idempotency_count(db: Database, namespace_id: str, key: str) -> int:
             select(func.count()).select_from(t).where(t.c.namespace_id == namespace_id, t.c.idem_key == key)
         )
 
-    return await db.read(read)
+    return await db.core_read(read)

@@ -157,7 +157,7 @@ async def counter_invariant(tenant, queue_id: str) -> int:
         )
         return int(counter), int(actual), int(app_counter), int(app_actual)
 
-    counter, actual, app_counter, app_actual = await tenant.db.read(read)
+    counter, actual, app_counter, app_actual = await tenant.db.core_read(read)
     assert counter == actual, f"queue_usage.unfinished={counter} but {actual} unfinished tasks"
     assert app_counter == app_actual, f"application_usage.unfinished={app_counter} but {app_actual} unfinished tasks"
     r = await tenant.get(f"/v1/queues/{queue_id}")
@@ -191,7 +191,7 @@ async def snapshot(tenant, queue_id: str | None = None) -> dict[str, Any]:
             "usage": [tuple(r.values()) for r in usage],
         }
 
-    snap = await tenant.db.read(read)
+    snap = await tenant.db.core_read(read)
     if queue_id is not None:
         snap["unfinished"] = await counter_invariant(tenant, queue_id)
     return snap
@@ -204,7 +204,7 @@ async def idempotency_records_for(tenant, key: str) -> list[dict[str, Any]]:
         rows = await tx.all(select(t).where(t.c.namespace_id == tenant.namespace_id, t.c.idem_key == key))
         return [dict(r) for r in rows]
 
-    return await tenant.db.read(read)
+    return await tenant.db.core_read(read)
 
 
 async def event_rows(tenant, resource_id: str) -> list[dict[str, Any]]:
@@ -212,7 +212,7 @@ async def event_rows(tenant, resource_id: str) -> list[dict[str, Any]]:
         rows = await tx.all(select(events).where(events.c.resource_id == resource_id).order_by(events.c.id))
         return [{**dict(r), "data": orjson.loads(r["data"])} for r in rows]
 
-    return await tenant.db.read(read)
+    return await tenant.db.core_read(read)
 
 
 async def audit_rows(tenant, resource_id: str) -> list[dict[str, Any]]:
@@ -222,7 +222,7 @@ async def audit_rows(tenant, resource_id: str) -> list[dict[str, Any]]:
         )
         return [dict(r) for r in rows]
 
-    return await tenant.db.read(read)
+    return await tenant.db.core_read(read)
 
 
 # ---------------------------------------------------------------- requests

@@ -24,7 +24,7 @@ async def test_pruned_key_is_a_new_operation(tenant):
                                 idempotency_records.c.idem_key == "old-key")
                          .values(created_at=(await tx.now()) - timedelta(days=8)))
 
-    await tenant.db.transaction(age)
+    await tenant.db.core_transaction(age)
     assert await prune(tenant.db, timedelta(days=7)) >= 1
     again = await tenant.post("/v1/queues", body, key="old-key")
     assert again.status_code == 409 and again.json()["error"]["code"] == "STATE_CONFLICT"  # a new create of a taken name

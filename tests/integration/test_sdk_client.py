@@ -306,12 +306,12 @@ async def test_invalid_argument_details_and_local_validation(client, recording):
 async def test_health_and_ready(client, app):
     assert await client.health() == {"status": "ok"}
     assert (await client.ready())["status"] == "ready"
-    app.state.draining = True
+    app.state.node.draining = True
     try:
         with pytest.raises(APIError) as exc:
             await client.ready()
     finally:
-        app.state.draining = False
+        app.state.node.draining = False
     assert_api_error(exc.value, 503, "UNAVAILABLE")
     assert exc.value.retry_after == 1.0
 

@@ -119,13 +119,13 @@ async def running(worker: orbit.Worker, stop_timeout: float = 30.0):
 async def usage(tenant, queue_id):
     async def read(tx):
         return dict(await tx.one_or_none(select(queue_usage).where(queue_usage.c.queue_id == queue_id)))
-    return await tenant.db.read(read)
+    return await tenant.db.core_read(read)
 
 
 async def lease_rows(tenant, task_id):
     async def read(tx):
         return [dict(r) for r in await tx.all(select(leases).where(leases.c.task_id == task_id))]
-    return await tenant.db.read(read)
+    return await tenant.db.core_read(read)
 
 
 def ts(value: str) -> datetime:
@@ -568,7 +568,7 @@ async def test_a_server_drain_push_finishes_running_work_and_ends_the_run(tenant
         run = asyncio.create_task(w.arun())
         try:
             await wait_until(lambda: sum(calls.values()) == 2, 20, "two running handlers")
-            await app.state.hub.begin_drain(10_000)
+            await app.state.node.hub.begin_drain(10_000)
             await asyncio.sleep(0.3)
             assert not run.done()  # still finishing its running work
             gate.set()

@@ -1,9 +1,11 @@
-"""Orbit builds the SQL literals of its write-behind statements itself (store/db.py): MariaDB must
+"""Orbit builds the SQL literals of its write-behind statements itself (store/literals.py): MariaDB must
 read every string back exactly as it was, quotes, backslashes and control characters included."""
 
 import random
 
 import pytest
+
+from orbit.server.store.literals import Literals
 
 pytestmark = pytest.mark.anyio
 
@@ -21,14 +23,15 @@ async def test_every_string_literal_reads_back_as_it_was(db):
     if db.dialect != "mysql":
         pytest.skip("SQLite statements take parameters, not literals")
     corpus = _corpus()
+    lits = Literals()
 
     async def read_back(tx):
         got = []
         for start in range(0, len(corpus), 50):
             values = corpus[start:start + 50]
-            text = "SELECT " + ", ".join(f"{tx._literal(v)} AS c{i}" for i, v in enumerate(values))
+            text = "SELECT " + ", ".join(f"{lits.literal(v)} AS c{i}" for i, v in enumerate(values))
             ((_, rows),) = await tx._run_mysql([text])
             got += [rows[0][f"c{i}"] for i in range(len(values))]
         return got
 
-    assert await db.fast_transaction(read_back) == corpus
+    assert await db.transaction(read_back) == corpus

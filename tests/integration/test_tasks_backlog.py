@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 
 from orbit.server.core.states import UNFINISHED
 from orbit.server.store.tables import queue_usage, tasks
+from orbit.server.store.tx import Stmt
 
 pytestmark = pytest.mark.anyio
 
@@ -19,7 +20,7 @@ async def unfinished_matches(tenant, queue_id: str) -> int:
         )
         return int(counter), int(actual)
 
-    counter, actual = await tenant.db.read(read)
+    counter, actual = await tenant.db.core_read(read)
     assert counter == actual
     r = await tenant.get(f"/v1/queues/{queue_id}")
     assert r.json()["data"]["unfinished_tasks"] == str(actual)
@@ -95,12 +96,12 @@ async def test_deadline_sweep_fails_waiting_tasks(tenant):
 
 
 async def test_hot_path_connections_run_in_strict_mode(db):
-    """Backlog slots are taken by guarded UPDATEs that fail on NULL (store/db.py BAD_NULL);
+    """Backlog slots are taken by guarded UPDATEs that fail on NULL (store/dialect.py BAD_NULL);
     without strict mode NULL would be stored as 0. The driver connections force it on."""
     if db.dialect != "mysql":
         pytest.skip("SQLite takes slots with counted UPDATEs")
 
     async def mode(tx):
-        return (await tx.raw_rows_multi([("SELECT @@SESSION.sql_mode AS m", ())]))[0][0]["m"]
+        return (await tx.rows_multi([Stmt("SELECT @@SESSION.sql_mode AS m")]))[0][0]["m"]
 
-    assert "STRICT_TRANS_TABLES" in (await db.fast_transaction(mode)).split(",")
+    assert "STRICT_TRANS_TABLES" in (await db.transaction(mode)).split(",")

@@ -396,32 +396,10 @@ async def test_a_batch_whose_item_receipts_were_pruned_runs_as_new(tenant):
         await tx.execute(delete(records).where(records.c.namespace_id == tenant.namespace_id,
                                                records.c.idem_key.in_(["p-1", "p-2"])))
 
-    await tenant.db.transaction(prune_items)
+    await tenant.db.core_transaction(prune_items)
     again = await batch(tenant, q, items, key="pruned-batch")
     assert again["deduplicated"] is False
     assert [x["deduplicated"] for x in again["results"]] == [False, False]
     assert {x["task"]["id"] for x in again["results"]}.isdisjoint({x["task"]["id"] for x in first["results"]})
     assert await batch(tenant, q, items, key="pruned-batch") == {"deduplicated": True, "results": again["results"]}
     assert await counter_invariant(tenant, q["id"]) == 4
-
-
-async def test_a_batch_record_that_carries_its_tasks_still_replays(tenant):
-    """Records written before they referred to item receipts hold each task's snapshot."""
-    from sqlalchemy import update
-
-    from orbit.server.store.tables import idempotency_records as records
-
-    q = await tenant.create_queue()
-    items = [{"idempotency_key": "o-1", "payload": {"o": 1}}, {"idempotency_key": "o-2", "payload": None}]
-    first = await batch(tenant, q, items, key="old-format")
-    task = dict(first["results"][0]["task"])
-    del task["payload"]
-    legacy = {"results": [{"deduplicated": False, "task": task}, first["results"][1]]}
-
-    async def rewrite(tx):
-        await tx.execute(update(records).where(records.c.namespace_id == tenant.namespace_id,
-                                               records.c.idem_key == "old-format")
-                         .values(response=orjson.dumps(legacy).decode()))
-
-    await tenant.db.transaction(rewrite)
-    assert await batch(tenant, q, items, key="old-format") == {"deduplicated": True, "results": first["results"]}

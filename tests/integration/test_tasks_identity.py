@@ -98,34 +98,13 @@ async def test_replay_after_retries_and_a_result_is_still_the_submitted_snapshot
             error=orjson.dumps({"code": "HANDLER_ERROR", "message": "m"}).decode(), cancel_requested=True,
             cancel_reason="why", updated_at=now + timedelta(seconds=5), finished_at=now + timedelta(seconds=5)))
 
-    await tenant.db.transaction(live_a_life)
+    await tenant.db.core_transaction(live_a_life)
     assert ok(await tenant.get(f"/v1/tasks/{first['id']}"))["state"] == "SUCCEEDED"
     assert ok(await tenant.post(tasks_path(q), body, key="lived")) == {"deduplicated": True, "task": first}
     # The same key inside a batch replays the same snapshot.
     batch = ok(await tenant.post(f"/v1/queues/{q['id']}/tasks:batch", {"tasks": [{"idempotency_key": "lived", **body}]},
                                  key="lived-batch"))
     assert batch["results"] == [{"deduplicated": True, "task": first}]
-
-
-async def test_a_record_that_carries_the_whole_snapshot_still_replays(tenant):
-    """Records written before the compact form hold the task snapshot without its payload."""
-    import orjson
-    from sqlalchemy import update
-
-    from orbit.server.store.tables import idempotency_records as records
-
-    q = await tenant.create_queue()
-    first = await submit(tenant, q, {"payload": [1, 2]}, key="legacy")
-    legacy = {"task": {k: v for k, v in first.items() if k != "payload"}}
-
-    async def rewrite(tx):
-        await tx.execute(update(records).where(records.c.namespace_id == tenant.namespace_id,
-                                               records.c.idem_key == "legacy")
-                         .values(response=orjson.dumps(legacy).decode()))
-
-    await tenant.db.transaction(rewrite)
-    assert ok(await tenant.post(tasks_path(q), {"payload": [1, 2]}, key="legacy")) == {"deduplicated": True,
-                                                                                      "task": first}
 
 
 async def test_identity_is_scoped_to_the_namespace_and_checked_for_permissions(tenant, db, http):
@@ -281,7 +260,7 @@ async def test_application_quota_is_checked_after_the_queue_limit(tenant):
             update(applications).where(applications.c.id == tenant.application["id"]).values(max_unfinished_tasks=2)
         )
 
-    await tenant.db.transaction(set_quota)
+    await tenant.db.core_transaction(set_quota)
     q1 = await tenant.create_queue()
     q2 = await tenant.create_queue()
     a = await submit(tenant, q1, {"payload": 1}, key="app-a")

@@ -1,6 +1,6 @@
 from datetime import datetime, timedelta
 
-from orbit.server.core.history import max_overlap, rate_windows
+from tests.support.history import max_overlap, rate_windows
 
 T = datetime(2026, 11, 29, 12, 0, 0)
 MS = timedelta(milliseconds=1)

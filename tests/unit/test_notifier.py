@@ -1,4 +1,4 @@
-"""Sized wake-ups of long-polling claims (ws/hub.py `Notifier`)."""
+"""Sized wake-ups of long-polling claims (wakeups.py `Notifier`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from orbit.server.ws.hub import Notifier
+from orbit.server.wakeups import Notifier
 
 pytestmark = pytest.mark.anyio
 

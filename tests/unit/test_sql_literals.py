@@ -6,9 +6,10 @@ from asyncmy.converters import escape_item
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orbit.server.store.db import Tx
+from orbit.server.store.literals import Literals
+from orbit.server.store.tx import Stmt, Tx
 
-tx = Tx(None, "mysql")  # type: ignore[arg-type]
+lits = Literals()
 
 
 @given(st.one_of(st.text().filter(lambda t: '"' not in t), st.integers(min_value=-(2**63), max_value=2**64),
@@ -17,17 +18,30 @@ def test_literal_matches_the_driver(value):
     """The driver's escaping, except for `"`, which it escapes and Orbit leaves as is (nothing
     needs escaping between single quotes but `'`, `\\` and control characters): the database
     round trip in tests/integration/test_sql_literals_roundtrip.py checks every string."""
-    assert tx._literal(value) == escape_item(value, "utf8mb4")
+    assert lits.literal(value) == escape_item(value, "utf8mb4")
 
 
 @given(st.text())
 def test_double_quotes_are_the_only_difference_from_the_driver(value):
-    assert tx._literal(value).replace('"', "") == escape_item(value.replace('"', ""), "utf8mb4")
+    assert lits.literal(value).replace('"', "") == escape_item(value.replace('"', ""), "utf8mb4")
 
 
 def test_mogrify_substitutes_placeholders_once():
-    assert tx._mogrify("UPDATE t SET a = ? WHERE id IN (?, ?)", ["x'%s", 1, None]) == \
+    assert lits.mogrify("UPDATE t SET a = %s WHERE id IN (%s, %s)", ["x'%s", 1, None]) == \
         "UPDATE t SET a = 'x\\'%s' WHERE id IN (1, NULL)"
+
+
+def test_a_statement_is_mogrified_from_question_marks():
+    """Tx converts `?` to `%s` before the literals go in, once."""
+    assert Tx("mysql")._mogrify(Stmt("UPDATE t SET a = ? WHERE id IN (?, ?)", ["x'?%s", 1, None])) == \
+        "UPDATE t SET a = 'x\\'?%s' WHERE id IN (1, NULL)"
+
+
+@given(st.lists(st.one_of(st.text(max_size=8), st.integers(), st.none()), min_size=17, max_size=40))
+def test_mogrify_of_many_parameters_equals_one_by_one(params):
+    """Past 16 parameters `mogrify` remembers each value's literal; the text is the same."""
+    sql = ", ".join(["%s"] * len(params))
+    assert lits.mogrify(sql, params) == ", ".join(map(lits.literal, params))
 
 
 _values = st.one_of(st.sampled_from(["%", "%%", "%s", "a%sb%%", "'", ""]), st.text(max_size=8),
@@ -39,9 +53,9 @@ _values = st.one_of(st.sampled_from(["%", "%%", "%s", "a%sb%%", "'", ""]), st.te
     lambda width: st.lists(st.lists(_values, min_size=width, max_size=width), min_size=1, max_size=12)))
 def test_values_list_built_column_by_column_equals_row_by_row(rows):
     """Constant columns go into a %-template: percent signs in any value must survive it."""
-    row_by_row = ",".join("(" + ",".join(map(tx._literal, r)) + ")" for r in rows)
-    assert tx._values_list(rows) == row_by_row
+    row_by_row = ",".join("(" + ",".join(map(lits.literal, r)) + ")" for r in rows)
+    assert lits.values_list(rows) == row_by_row
 
 
 def test_values_list_with_every_column_constant():
-    assert tx._values_list([["a%s", 1], ["a%s", 1]]) == "('a%s',1),('a%s',1)"
+    assert lits.values_list([["a%s", 1], ["a%s", 1]]) == "('a%s',1),('a%s',1)"

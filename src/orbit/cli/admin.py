@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import sys
 from datetime import datetime
 from pathlib import Path
 
 import click
+from asyncmy.errors import MySQLError
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..server.core.ids import is_id
@@ -16,7 +18,8 @@ from ..server.core.permissions import ALL_PERMISSIONS, ALL_QUEUES, BOOTSTRAP_PER
 from ..server.core.timefmt import format_ts
 from ..server.services import tenancy
 from ..server.store import migrate as migrations
-from ..server.store.db import Database, DatabaseUnavailable
+from ..server.store.db import Database
+from ..server.store.dialect import DatabaseUnavailable
 from .files import FileRefused, check_writable_target, write_secret_json
 
 
@@ -50,7 +53,7 @@ def _run(coro):
         return asyncio.run(coro)
     except migrations.UnknownSchemaRevision as exc:
         _fail(str(exc), 2)
-    except (DatabaseUnavailable, SQLAlchemyError, OSError, ValueError) as exc:
+    except (DatabaseUnavailable, SQLAlchemyError, MySQLError, sqlite3.Error, OSError, ValueError) as exc:
         cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) and exc.__cause__ else exc
         first_line = (str(cause).splitlines() or [""])[0]
         _fail(f"database error: {type(cause).__name__}: {first_line}", 2)
@@ -232,8 +235,7 @@ def credentials_list(ctx, database_url, application, as_json):
     for r in rows:
         status = "revoked" if r["revoked_at"] else "active"
         if as_json:
-            # str(k): row keys are SQLAlchemy `quoted_name`s, which orjson refuses as dict keys.
-            out = {str(k): (format_ts(v) if isinstance(v, datetime) else v) for k, v in r.items()}
+            out = {k: (format_ts(v) if isinstance(v, datetime) else v) for k, v in r.items()}
             out["status"] = status
             click.echo(orjson.dumps(out).decode())
         else:

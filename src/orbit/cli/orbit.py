@@ -24,7 +24,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 def _lock_sqlite(url: str):
     """One node per SQLite file: hold an exclusive lock next to the database."""
-    from ..server.store.db import sqlite_path
+    from ..server.store.dialect import sqlite_path
 
     path = sqlite_path(url)
     if path is None:
@@ -63,7 +63,7 @@ def _serve(settings, host: str, port: int, banner: list[str] | None = None, drai
             """First signal: drain worker sessions (push `drain`, grant no claims, keep
             serving renew/complete) until they hold no lease or the drain deadline
             passes; then uvicorn's own graceful shutdown. A second signal forces it."""
-            hub = app.state.hub
+            hub = app.state.node.hub
             if not self.drain_started and not self.should_exit and hub.sessions and loop is not None:
                 self.drain_started = True
                 loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.drain()))
@@ -71,12 +71,12 @@ def _serve(settings, host: str, port: int, banner: list[str] | None = None, drai
             super().handle_exit(sig, frame)
 
         async def drain(self) -> None:
-            app.state.draining = True
-            await app.state.hub.begin_drain(int(drain_seconds * 1000))
+            app.state.node.draining = True
+            await app.state.node.hub.begin_drain(int(drain_seconds * 1000))
             deadline = time.monotonic() + drain_seconds
             while time.monotonic() < deadline and not self.should_exit:
                 try:
-                    if not app.state.hub.sessions or await app.state.hub.leases_held() == 0:
+                    if not app.state.node.hub.sessions or await app.state.node.hub.leases_held() == 0:
                         break
                 except Exception:
                     break

@@ -17,21 +17,20 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .batching import KeyedBatcher
 from .config import Settings
 from .core.ids import new_id
-from .errors import ApiError, invalid_argument, unavailable
+from .envelope import error_body
+from .errors import OrbitError, invalid_argument, unavailable
 from .http import health, queues, tasks
-from .http.common import error_body, error_response
+from .http.common import error_response
 from .http.openapi import install_openapi
 from .loops import BackgroundLoops
+from .node import Node
 from .services import dispatch, idempotency
 from .services import tasks as task_service
-from .services.auth import TokenCache
-from .store import migrate
-from .store.db import Database, DatabaseUnavailable
+from .store.db import Database
+from .store.dialect import DatabaseUnavailable
 from .ws import route as worker_route
-from .ws.hub import WorkerHub
 
 log = structlog.get_logger("orbit.http")
 
@@ -121,7 +120,7 @@ class SubmitFastPath:
                 request = Request(scope, receive)
                 try:
                     response = await tasks.submit_task(request, queue_id)
-                except (ApiError, DatabaseUnavailable) as exc:
+                except (OrbitError, DatabaseUnavailable) as exc:
                     response = await self._handler(exc)(request, exc)
                 await response(scope, receive, send)
                 return
@@ -135,8 +134,8 @@ class SubmitFastPath:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError):
+    @app.exception_handler(OrbitError)
+    async def _orbit_error(request: Request, exc: OrbitError):
         return error_response(request, exc)
 
     @app.exception_handler(DatabaseUnavailable)
@@ -154,12 +153,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 404:
-            return error_response(request, ApiError(404, "NOT_FOUND", "no such route"))
+            return error_response(request, OrbitError("NOT_FOUND", "no such route"))
         if exc.status_code == 405:
             allow = (exc.headers or {}).get("Allow")
-            return error_response(request, ApiError(405, "INVALID_ARGUMENT", "method not allowed on this route",
-                                                    headers={"Allow": allow} if allow else None))
-        return error_response(request, ApiError(exc.status_code, "INVALID_ARGUMENT", str(exc.detail)))
+            return error_response(request, invalid_argument("method not allowed on this route"), status=405,
+                                  headers={"Allow": allow} if allow else None)
+        return error_response(request, invalid_argument(str(exc.detail)), status=exc.status_code)
 
 
 def _no_fastapi_telemetry() -> dict[str, Any]:
@@ -172,14 +171,13 @@ def _no_fastapi_telemetry() -> dict[str, Any]:
 
 def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     owns_db = db is None
-    database = db or Database(settings.database_url, pool_size=settings.pool_size)
-    head = migrate.head_revision()
+    node = Node.create(settings, db or Database(settings.database_url, pool_size=settings.pool_size))
+    database = node.db
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loops = BackgroundLoops()
-        hub: WorkerHub = app.state.hub
-        hub.start()
+        node.hub.start()
         if settings.background_loops:
             retention = timedelta(seconds=settings.idempotency_retention_seconds)
             loops.every(60, "idempotency_prune", lambda: idempotency.prune(database, retention))
@@ -188,10 +186,10 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
         try:
             yield
         finally:
-            app.state.draining = True
+            node.draining = True
             await loops.stop()
-            await hub.stop()
-            await app.state.submits.stop()
+            await node.hub.stop()
+            await node.submits.stop()
             if owns_db:
                 await database.close()
 
@@ -204,27 +202,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    app.state.settings = settings
-    app.state.db = database
-    app.state.draining = False
-    app.state.hub = WorkerHub(database, settings.node_id)
-    app.state.tokens = TokenCache()
-    app.state.submits = KeyedBatcher("submit", lambda group: task_service.submit_group(database, group), max_batch=100)
-
-    schema_checked = {"at": 0.0, "ok": False}
-
-    async def schema_is_current() -> bool:
-        """Checked at most every few seconds: readiness probes must stay cheap."""
-        if time.monotonic() - schema_checked["at"] < 5 and schema_checked["ok"]:
-            return True
-        try:
-            ok = await migrate.current_revision_on(database) == head
-        except Exception:
-            ok = False
-        schema_checked.update(at=time.monotonic(), ok=ok)
-        return ok
-
-    app.state.schema_is_current = schema_is_current
+    app.state.node = node
     _install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(queues.router)

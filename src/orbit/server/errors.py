@@ -1,7 +1,7 @@
-"""The error vocabulary shared by services and protocol layers.
+"""The error vocabulary of the domain: a code from the spec, a message for people, details.
 
-Services raise `ApiError`; the HTTP layer renders it in the spec's envelope and
-the WebSocket layer as an error reply. Nothing here knows about HTTP objects.
+Services raise (or, in grouped worker commands, return) `OrbitError`; `http/` maps the
+code to a status and an envelope, `ws/` to an error reply. Nothing here knows a protocol.
 """
 
 from __future__ import annotations
@@ -11,78 +11,72 @@ from typing import Any
 from pydantic import ValidationError
 
 
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        details: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
+class OrbitError(Exception):
+    """A refusal; `retry_after_ms` says when a retry may succeed (rate, pause, overload)."""
+
+    def __init__(self, code: str, message: str, *, details: dict[str, Any] | None = None,
+                 retry_after_ms: int | None = None) -> None:
         super().__init__(message)
-        self.status = status
         self.code = code
         self.message = message
         self.details = details
-        self.headers = headers or {}
+        self.retry_after_ms = retry_after_ms
+
+    def __repr__(self) -> str:
+        return f"OrbitError({self.code!r}, {self.message!r})"
 
 
-def invalid_argument(message: str, field: str | None = None, **details: Any) -> ApiError:
+def invalid_argument(message: str, field: str | None = None, **details: Any) -> OrbitError:
     d = dict(details)
     if field is not None:
         d["field"] = field
-    return ApiError(400, "INVALID_ARGUMENT", message, details=d or None)
+    return OrbitError("INVALID_ARGUMENT", message, details=d or None)
 
 
-def unauthenticated(message: str = "missing, malformed, unknown or revoked bearer token") -> ApiError:
-    return ApiError(401, "UNAUTHENTICATED", message)
+def unauthenticated(message: str = "missing, malformed, unknown or revoked bearer token") -> OrbitError:
+    return OrbitError("UNAUTHENTICATED", message)
 
 
-def permission_denied(message: str) -> ApiError:
-    return ApiError(403, "PERMISSION_DENIED", message)
+def permission_denied(message: str) -> OrbitError:
+    return OrbitError("PERMISSION_DENIED", message)
 
 
-def not_found(what: str = "resource") -> ApiError:
-    return ApiError(404, "NOT_FOUND", f"{what} not found")
+def not_found(what: str = "resource") -> OrbitError:
+    return OrbitError("NOT_FOUND", f"{what} not found")
 
 
-def state_conflict(message: str, **details: Any) -> ApiError:
-    return ApiError(409, "STATE_CONFLICT", message, details=details or None)
+def state_conflict(message: str, **details: Any) -> OrbitError:
+    return OrbitError("STATE_CONFLICT", message, details=details or None)
 
 
-def idempotency_conflict() -> ApiError:
-    return ApiError(
-        409,
-        "IDEMPOTENCY_CONFLICT",
-        "the idempotency key was already used with different content",
-    )
+def idempotency_conflict() -> OrbitError:
+    return OrbitError("IDEMPOTENCY_CONFLICT", "the idempotency key was already used with different content")
 
 
-def queue_full() -> ApiError:
-    return ApiError(
-        429,
-        "QUEUE_FULL",
-        "queue unfinished task limit reached; retry later using the original identity",
-        headers={"Retry-After": "1"},
-    )
+def queue_full() -> OrbitError:
+    return OrbitError("QUEUE_FULL", "queue unfinished task limit reached; retry later using the original identity",
+                      retry_after_ms=1000)
 
 
-def application_full() -> ApiError:
-    return ApiError(
-        429,
-        "APPLICATION_FULL",
-        "application unfinished task quota reached; retry later using the original identity",
-        headers={"Retry-After": "1"},
-    )
+def application_full() -> OrbitError:
+    return OrbitError("APPLICATION_FULL",
+                      "application unfinished task quota reached; retry later using the original identity",
+                      retry_after_ms=1000)
 
 
-def unavailable(message: str = "the database is unavailable; retry with the same identity") -> ApiError:
-    return ApiError(503, "UNAVAILABLE", message, headers={"Retry-After": "1"})
+def unavailable(message: str = "the database is unavailable; retry with the same identity") -> OrbitError:
+    return OrbitError("UNAVAILABLE", message, retry_after_ms=1000)
 
 
-def describe_validation_error(exc: ValidationError) -> ApiError:
+def payload_too_large(limit: int) -> OrbitError:
+    return OrbitError("PAYLOAD_TOO_LARGE", f"request body exceeds the {limit}-byte limit")
+
+
+def unsupported_media_type() -> OrbitError:
+    return OrbitError("UNSUPPORTED_MEDIA_TYPE", "requests with a body must send Content-Type: application/json")
+
+
+def describe_validation_error(exc: ValidationError) -> OrbitError:
     """Turn the first pydantic error into a message that names the field."""
     err = exc.errors(include_url=False)[0]
     field = ".".join(str(p) for p in err.get("loc", ())) or None

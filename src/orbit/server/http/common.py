@@ -1,4 +1,5 @@
-"""Request plumbing shared by every route: envelopes, bodies, keys, auth, cursors."""
+"""Request plumbing shared by every route: the request pipeline (`Call`), envelopes, bodies,
+keys, cursors."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from ..._rules import is_idempotency_key
-from ..errors import ApiError, describe_validation_error, invalid_argument
-from ..services.auth import Principal, authenticate, authenticate_for_write
+from ..envelope import error_body, status_of
+from ..errors import (
+    OrbitError,
+    describe_validation_error,
+    invalid_argument,
+    payload_too_large,
+    unsupported_media_type,
+)
+from ..node import Node
+from ..services.auth import Principal, TokenCache, authenticate, authenticate_for_write
 from ..services.idempotency import IdempotencyScope, Outcome, request_digest
+from ..services.queues import WriteRequest
 from ..services.outbox import Actor
+from ..store.db import Database
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -28,19 +39,16 @@ def json_response(request: Request, data: Any, status: int = 200, headers: dict[
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def error_body(rid: str, code: str, message: str, details: dict[str, Any] | None = None) -> bytes:
-    err: dict[str, Any] = {"code": code, "message": message}
-    if details:
-        err["details"] = details
-    return orjson.dumps({"request_id": rid, "error": err})
-
-
-def error_response(request: Request, exc: ApiError) -> Response:
+def error_response(request: Request, exc: OrbitError, *, status: int | None = None,
+                   headers: dict[str, str] | None = None) -> Response:
+    headers = dict(headers or {})
+    if exc.retry_after_ms is not None:
+        headers["Retry-After"] = str(max(1, -(-exc.retry_after_ms // 1000)))
     return Response(
         error_body(request_id(request), exc.code, exc.message, exc.details),
-        status_code=exc.status,
+        status_code=status or status_of(exc),
         media_type="application/json",
-        headers=exc.headers,
+        headers=headers,
     )
 
 
@@ -50,31 +58,20 @@ def outcome_response(request: Request, outcome: Outcome, created_status: int = 2
     return json_response(request, data, 200 if outcome.deduplicated else created_status)
 
 
-async def principal(request: Request) -> Principal:
-    return await authenticate(request.app.state.db, request.headers.get("authorization"))
-
-
-async def principal_for_write(request: Request) -> tuple[Principal, bool]:
-    """For writes that re-check revocation in their transaction: (principal, verified)."""
-    return await authenticate_for_write(request.app.state.db, request.app.state.tokens,
-                                        request.headers.get("authorization"))
-
-
-async def read_json_object(request: Request) -> dict[str, Any]:
+async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
     """Enforce the media type and the size limit, then parse a JSON object."""
-    limit: int = request.app.state.settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "PAYLOAD_TOO_LARGE", f"request body exceeds the {limit}-byte limit")
+        raise payload_too_large(limit)
     ctype = request.headers.get("content-type", "")
     if ctype.split(";", 1)[0].strip().lower() != "application/json":
-        raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "requests with a body must send Content-Type: application/json")
+        raise unsupported_media_type()
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise ApiError(413, "PAYLOAD_TOO_LARGE", f"request body exceeds the {limit}-byte limit")
+            raise payload_too_large(limit)
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:
@@ -84,14 +81,6 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid_argument("the request body must be a JSON object")
     return value
-
-
-async def read_body(request: Request, model: type[M]) -> tuple[dict[str, Any], M]:
-    raw = await read_json_object(request)
-    try:
-        return raw, model.model_validate(raw, context={"wire": True})
-    except ValidationError as exc:
-        raise describe_validation_error(exc) from None
 
 
 def idempotency_key(request: Request) -> str:
@@ -105,13 +94,87 @@ def idempotency_key(request: Request) -> str:
     return key
 
 
-def write_context(
-    request: Request, who: Principal, operation: str, path_params: dict[str, Any], raw_body: Any
-) -> tuple[Actor, IdempotencyScope]:
-    key = idempotency_key(request)
-    actor = Actor(credential_id=who.credential_id, request_id=request_id(request), idempotency_key=key)
-    scope = IdempotencyScope(who.namespace_id, operation, key, request_digest(path_params, raw_body))
-    return actor, scope
+class Call:
+    """One request's way through the protocol layer: authenticate once, then parse the body
+    once, call the service once and answer once (`async with Call(request) as call:`).
+
+    A write that re-checks revocation in its own transaction may trust a token this node
+    has already seen (`trust_cache`), saving a lookup. If such a request fails before its
+    transaction could check, the token is confirmed first, so that a revoked token hears
+    401 whatever else is wrong with the request; a token found revoked leaves the cache.
+    """
+
+    def __init__(self, request: Request, *, trust_cache: bool = False) -> None:
+        self.request = request
+        self.node: Node = request.app.state.node
+        self._header = request.headers.get("authorization")
+        self._trust_cache = trust_cache
+        self.verified = True
+
+    async def __aenter__(self) -> Call:
+        node = self.node
+        if self._trust_cache:
+            self.who, self.verified = await authenticate_for_write(node.db, node.tokens, self._header)
+        else:
+            self.who = await authenticate(node.db, self._header)
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if self.verified or not isinstance(exc, OrbitError):
+            return False
+        key = TokenCache.key(self._header)
+        if exc.code == "UNAUTHENTICATED":
+            self.node.tokens.forget(key)
+            return False
+        try:
+            await authenticate(self.node.db, self._header)
+        except OrbitError:
+            self.node.tokens.forget(key)
+            raise
+        return False
+
+    def revocation_checked(self, error: OrbitError | None) -> None:
+        """The service's transaction checked the token's revocation: nothing is left to confirm,
+        and a token it found revoked leaves the cache."""
+        if error is not None and error.code == "UNAUTHENTICATED":
+            self.node.tokens.forget(TokenCache.key(self._header))
+        self.verified = True
+
+    @property
+    def db(self) -> Database:
+        return self.node.db
+
+    def require(self, permission: str, *, all_queues: bool = False, queue_id: str | None = None) -> Principal:
+        self.who.require(permission, all_queues=all_queues)
+        if queue_id is not None:
+            self.who.require_queue(queue_id)
+        return self.who
+
+    async def body(self, model: type[M]) -> tuple[dict[str, Any], M]:
+        raw = await read_json_object(self.request, self.node.settings.max_body_bytes)
+        try:
+            return raw, model.model_validate(raw, context={"wire": True})
+        except ValidationError as exc:
+            raise describe_validation_error(exc) from None
+
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.request)
+
+    def write(self, operation: str, path_params: dict[str, Any], raw_body: Any) -> WriteRequest:
+        """Who writes, through which request, under which idempotency scope."""
+        key = self.idempotency_key()
+        actor = Actor(credential_id=self.who.credential_id, request_id=request_id(self.request), idempotency_key=key)
+        scope = IdempotencyScope(self.who.namespace_id, operation, key, request_digest(path_params, raw_body))
+        return WriteRequest(self.who, actor, scope)
+
+    def answer(self, data: Any, status: int = 200) -> Response:
+        return json_response(self.request, data, status)
+
+    def outcome(self, outcome: Outcome, created_status: int = 200) -> Response:
+        return outcome_response(self.request, outcome, created_status)
+
+    def page(self, items: list[Any], last: str | None) -> Response:
+        return json_response(self.request, {"items": items, "next_cursor": encode_cursor(last)})
 
 
 def encode_cursor(last_id: str | None) -> str | None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .common import error_body, json_response, request_id
+from ..envelope import error_body
+from ..node import Node
+from .common import json_response, request_id
 
 router = APIRouter(tags=["health"])
 
@@ -17,11 +19,11 @@ async def healthz(request: Request):
 
 @router.get("/readyz", summary="The database answers and the schema is current")
 async def readyz(request: Request):
-    state = request.app.state
-    ok = await state.db.ping() and await state.schema_is_current()
-    if ok and not state.draining:
-        return json_response(request, {"status": "ready", "node_id": state.settings.node_id})
-    message = "the node is draining" if state.draining else "the database is unreachable or the schema is not current"
+    node: Node = request.app.state.node
+    ok = await node.db.ping() and await node.schema_is_current()
+    if ok and not node.draining:
+        return json_response(request, {"status": "ready", "node_id": node.settings.node_id})
+    message = "the node is draining" if node.draining else "the database is unreachable or the schema is not current"
     return Response(
         error_body(request_id(request), "UNAVAILABLE", message),
         status_code=503,

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
 from ...models import ConfigureQueueRequest, CreateQueueRequest, CreateQueueResult, Queue, QueuePage, RetireQueueRequest
 from ..services import queues as svc
-from ..services.auth import Principal
-from .common import (
-    decode_cursor,
-    encode_cursor,
-    json_response,
-    outcome_response,
-    principal,
-    read_body,
-    write_context,
-)
+from .common import Call, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
@@ -30,12 +21,11 @@ WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
     summary="Create a queue",
 )
 async def create_queue(request: Request):
-    who = await principal(request)
-    who.require("queues:manage", all_queues=True)
-    raw, req = await read_body(request, CreateQueueRequest)
-    actor, scope = write_context(request, who, "queues.create", {}, raw)
-    outcome = await svc.create_queue(request.app.state.db, svc.WriteRequest(who, actor, scope), req)
-    return outcome_response(request, outcome, 201)
+    async with Call(request) as call:
+        call.require("queues:manage", all_queues=True)
+        raw, req = await call.body(CreateQueueRequest)
+        outcome = await svc.create_queue(call.db, call.write("queues.create", {}, raw), req)
+        return call.outcome(outcome, 201)
 
 
 @router.get(
@@ -45,18 +35,16 @@ async def create_queue(request: Request):
 )
 async def list_queues(
     request: Request,
-    who: Principal = Depends(principal),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
     name: str | None = Query(None, max_length=128),
     include_retired: bool = Query(False),
 ):
-    who.require("queues:read", all_queues=True)
-    items, last = await svc.list_queues(
-        request.app.state.db, who, name=name, include_retired=include_retired, limit=limit,
-        after_id=decode_cursor(cursor),
-    )
-    return json_response(request, {"items": items, "next_cursor": encode_cursor(last)})
+    async with Call(request) as call:
+        who = call.require("queues:read", all_queues=True)
+        items, last = await svc.list_queues(call.db, who, name=name, include_retired=include_retired, limit=limit,
+                                            after_id=decode_cursor(cursor))
+        return call.page(items, last)
 
 
 @router.get(
@@ -65,9 +53,9 @@ async def list_queues(
     summary="Get a queue with its live backlog",
 )
 async def get_queue(request: Request, queue_id: str):
-    who = await principal(request)
-    who.require("queues:read")
-    return json_response(request, await svc.get_queue(request.app.state.db, who, queue_id))
+    async with Call(request) as call:
+        who = call.require("queues:read")
+        return call.answer(await svc.get_queue(call.db, who, queue_id))
 
 
 @router.post(
@@ -77,13 +65,11 @@ async def get_queue(request: Request, queue_id: str):
     summary="Replace every control of a queue",
 )
 async def configure_queue(request: Request, queue_id: str):
-    who = await principal(request)
-    who.require("queues:manage")
-    who.require_queue(queue_id)
-    raw, req = await read_body(request, ConfigureQueueRequest)
-    actor, scope = write_context(request, who, "queues.configure", {"queue_id": queue_id}, raw)
-    outcome = await svc.configure_queue(request.app.state.db, svc.WriteRequest(who, actor, scope), queue_id, req)
-    return outcome_response(request, outcome)
+    async with Call(request) as call:
+        call.require("queues:manage", queue_id=queue_id)
+        raw, req = await call.body(ConfigureQueueRequest)
+        write = call.write("queues.configure", {"queue_id": queue_id}, raw)
+        return call.outcome(await svc.configure_queue(call.db, write, queue_id, req))
 
 
 @router.post(
@@ -93,10 +79,8 @@ async def configure_queue(request: Request, queue_id: str):
     summary="Retire a queue permanently",
 )
 async def retire_queue(request: Request, queue_id: str):
-    who = await principal(request)
-    who.require("queues:manage")
-    who.require_queue(queue_id)
-    raw, req = await read_body(request, RetireQueueRequest)
-    actor, scope = write_context(request, who, "queues.retire", {"queue_id": queue_id}, raw)
-    outcome = await svc.retire_queue(request.app.state.db, svc.WriteRequest(who, actor, scope), queue_id, req)
-    return outcome_response(request, outcome)
+    async with Call(request) as call:
+        call.require("queues:manage", queue_id=queue_id)
+        raw, req = await call.body(RetireQueueRequest)
+        write = call.write("queues.retire", {"queue_id": queue_id}, raw)
+        return call.outcome(await svc.retire_queue(call.db, write, queue_id, req))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
 from ...models import (
     AttemptPage,
@@ -16,21 +16,10 @@ from ...models import (
     TaskPage,
 )
 
-from ..errors import ApiError, invalid_argument
+from ..errors import invalid_argument
 from ..services import tasks as svc
-from ..services.auth import Principal, TokenCache
 from ..services.idempotency import IdempotencyScope, request_digest
-from .common import (
-    decode_cursor,
-    encode_cursor,
-    idempotency_key,
-    json_response,
-    outcome_response,
-    principal,
-    principal_for_write,
-    read_body,
-    write_context,
-)
+from .common import Call, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
 
 router = APIRouter(tags=["tasks"])
@@ -50,41 +39,20 @@ WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
     summary="Submit a task",
 )
 async def submit_task(request: Request, queue_id: str):
-    who, verified = await principal_for_write(request)
-    try:
-        who.require("tasks:submit")
-        who.require_queue(queue_id)
-        raw, req = await read_body(request, SubmitTaskRequest)
-        svc.check_payload_size(req, request.app.state.settings.max_payload_bytes)
-        key = idempotency_key(request)
-    except ApiError:
-        if not verified:  # a revoked token hears 401, whatever else is wrong with the request
-            await _forget_if_revoked(request)
-        raise
-    cmd = svc.SubmitCommand(key, svc.submit_digest(queue_id, raw), req, raw)
-    queued = svc.QueuedSubmit(who, queue_id, cmd, verified)
-    admission = await request.app.state.submits.submit(queued.group, queued)
-    if admission.error is not None:
-        if admission.error.code == "UNAUTHENTICATED":
-            _forget_token(request)
-        raise admission.error
-    outcome = admission.outcome
-    if not outcome.deduplicated:
-        request.app.state.hub.notifier.notify(queue_id, 1)
-    return outcome_response(request, outcome, 201)
-
-
-async def _forget_if_revoked(request: Request) -> None:
-    """Authenticate against the database; a token that fails is dropped from the cache."""
-    try:
-        await principal(request)
-    except ApiError:
-        _forget_token(request)
-        raise
-
-
-def _forget_token(request: Request) -> None:
-    request.app.state.tokens.forget(TokenCache.key(request.headers.get("authorization")))
+    # Trusts a token seen before: the submit's transaction re-checks its revocation.
+    async with Call(request, trust_cache=True) as call:
+        who = call.require("tasks:submit", queue_id=queue_id)
+        raw, req = await call.body(SubmitTaskRequest)
+        svc.check_payload_size(req, call.node.settings.max_payload_bytes)
+        cmd = svc.SubmitCommand(call.idempotency_key(), svc.submit_digest(queue_id, raw), req, raw)
+        queued = svc.QueuedSubmit(who, queue_id, cmd, call.verified)
+        admission = await call.node.submits.submit(queued.group, queued)
+        call.revocation_checked(admission.error)
+        if admission.error is not None:
+            raise admission.error
+        if not admission.outcome.deduplicated:
+            call.node.wakeups.work_in(queue_id, 1)
+        return call.outcome(admission.outcome, 201)
 
 
 @router.post(
@@ -94,18 +62,16 @@ def _forget_token(request: Request) -> None:
     summary="Submit up to 500 tasks in one transaction",
 )
 async def submit_batch(request: Request, queue_id: str):
-    who = await principal(request)
-    who.require("tasks:submit")
-    who.require_queue(queue_id)
-    raw, req = await read_body(request, BatchSubmitRequest)
-    items = req.tasks
-    key = idempotency_key(request)
-    limit = request.app.state.settings.max_payload_bytes
-    commands = [svc.batch_item_command(queue_id, i, item, limit) for i, item in enumerate(items)]
-    scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, key, request_digest({"queue_id": queue_id}, raw))
-    outcome = await svc.submit_batch(request.app.state.db, who, queue_id, scope, commands)
-    request.app.state.hub.notifier.notify(queue_id, len(commands))
-    return outcome_response(request, outcome)
+    async with Call(request) as call:
+        who = call.require("tasks:submit", queue_id=queue_id)
+        raw, req = await call.body(BatchSubmitRequest)
+        limit = call.node.settings.max_payload_bytes
+        commands = [svc.batch_item_command(queue_id, i, item, limit) for i, item in enumerate(req.tasks)]
+        scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, call.idempotency_key(),
+                                 request_digest({"queue_id": queue_id}, raw))
+        outcome = await svc.submit_batch(call.db, who, queue_id, scope, commands)
+        call.node.wakeups.work_in(queue_id, len(commands))
+        return call.outcome(outcome)
 
 
 @router.get(
@@ -114,9 +80,9 @@ async def submit_batch(request: Request, queue_id: str):
     summary="Get a task",
 )
 async def get_task(request: Request, task_id: str):
-    who = await principal(request)
-    who.require("tasks:read")
-    return json_response(request, await svc.get_task(request.app.state.db, who, task_id))
+    async with Call(request) as call:
+        who = call.require("tasks:read")
+        return call.answer(await svc.get_task(call.db, who, task_id))
 
 
 @router.get(
@@ -127,7 +93,6 @@ async def get_task(request: Request, task_id: str):
 async def list_tasks(
     request: Request,
     queue_id: str,
-    who: Principal = Depends(principal),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
     state: list[str] = Query([], description="repeatable state filter"),
@@ -135,12 +100,11 @@ async def list_tasks(
     created_after: str | None = Query(None, description="RFC 3339"),
     created_before: str | None = Query(None, description="RFC 3339"),
 ):
-    who.require("tasks:read")
-    flt = svc.parse_task_filter(state, schedule_id, created_after, created_before)
-    items, last = await svc.list_tasks(
-        request.app.state.db, who, queue_id, flt, limit=limit, before_id=decode_cursor(cursor)
-    )
-    return json_response(request, {"items": items, "next_cursor": encode_cursor(last)})
+    async with Call(request) as call:
+        who = call.require("tasks:read")
+        flt = svc.parse_task_filter(state, schedule_id, created_after, created_before)
+        items, last = await svc.list_tasks(call.db, who, queue_id, flt, limit=limit, before_id=decode_cursor(cursor))
+        return call.page(items, last)
 
 
 @router.get(
@@ -151,18 +115,17 @@ async def list_tasks(
 async def list_attempts(
     request: Request,
     task_id: str,
-    who: Principal = Depends(principal),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
 ):
-    who.require("tasks:read")
-    after = decode_cursor(cursor)
-    if after is not None and not after.isdigit():
-        raise invalid_argument("cursor is not valid", "cursor")
-    items, last = await svc.list_attempts(
-        request.app.state.db, who, task_id, limit=limit, after_number=int(after) if after else None
-    )
-    return json_response(request, {"items": items, "next_cursor": encode_cursor(None if last is None else str(last))})
+    async with Call(request) as call:
+        who = call.require("tasks:read")
+        after = decode_cursor(cursor)
+        if after is not None and not after.isdigit():
+            raise invalid_argument("cursor is not valid", "cursor")
+        items, last = await svc.list_attempts(call.db, who, task_id, limit=limit,
+                                              after_number=int(after) if after else None)
+        return call.page(items, None if last is None else str(last))
 
 
 @router.post(
@@ -172,14 +135,14 @@ async def list_attempts(
     summary="Cancel a task",
 )
 async def cancel_task(request: Request, task_id: str):
-    who = await principal(request)
-    who.require("tasks:cancel")
-    raw, req = await read_body(request, CancelTaskRequest)
-    actor, scope = write_context(request, who, svc.OP_CANCEL, {"task_id": task_id}, raw)
-    outcome = await svc.cancel_task(request.app.state.db, who, actor, scope, task_id, req)
-    request.app.state.hub.wake_pushes()
-    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"], 1)
-    return outcome_response(request, outcome)
+    async with Call(request) as call:
+        who = call.require("tasks:cancel")
+        raw, req = await call.body(CancelTaskRequest)
+        w = call.write(svc.OP_CANCEL, {"task_id": task_id}, raw)
+        outcome = await svc.cancel_task(call.db, who, w.actor, w.scope, task_id, req)
+        call.node.wakeups.push()
+        call.node.wakeups.work_in(outcome.data["task"]["queue_id"], 1)
+        return call.outcome(outcome)
 
 
 @router.post(
@@ -189,13 +152,10 @@ async def cancel_task(request: Request, task_id: str):
     summary="Resolve a task whose outcome is unknown (NEEDS_REVIEW)",
 )
 async def review_task(request: Request, task_id: str):
-    who = await principal(request)
-    who.require("tasks:review")
-    raw, req = await read_body(request, ReviewTaskRequest)
-    actor, scope = write_context(request, who, svc.OP_REVIEW, {"task_id": task_id}, raw)
-    outcome = await svc.review_task(request.app.state.db, who, actor, scope, task_id, req)
-    request.app.state.hub.notifier.notify(outcome.data["task"]["queue_id"], 1)
-    return outcome_response(request, outcome)
-
-
-
+    async with Call(request) as call:
+        who = call.require("tasks:review")
+        raw, req = await call.body(ReviewTaskRequest)
+        w = call.write(svc.OP_REVIEW, {"task_id": task_id}, raw)
+        outcome = await svc.review_task(call.db, who, w.actor, w.scope, task_id, req)
+        call.node.wakeups.work_in(outcome.data["task"]["queue_id"], 1)
+        return call.outcome(outcome)

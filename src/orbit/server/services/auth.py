@@ -17,8 +17,9 @@ import orjson
 from ..core.ids import is_id, new_id
 from ..core.permissions import ALL_QUEUES
 from ..errors import not_found, permission_denied, unauthenticated
-from ..store.db import Database, Tx, placeholders
-from ..store.tables import credentials
+from ..store.db import Database
+from ..store.queries import credentials as cred_q
+from ..store.tx import Tx
 
 TOKEN_PREFIX = "orb_"
 
@@ -95,14 +96,7 @@ async def authenticate(db: Database, header: str | None) -> Principal:
     """Look the credential up on every request so that revocation applies at once."""
     cred_id, secret = parse_authorization(header)
 
-    async def load(tx: Tx):
-        rows = await tx.raw_rows(
-            "SELECT id, application_id, namespace_id, secret_hash, permissions, queue_scope, revoked_at "
-            "FROM credentials WHERE id = ?", (cred_id,),
-        )
-        return rows[0] if rows else None
-
-    row = await db.fast_read(load)
+    row = await db.read(lambda tx: tx.one(cred_q.by_id(cred_id)))
     # Compare even when the row is missing so timing does not reveal which ids exist.
     expected = row["secret_hash"] if row is not None else "0" * 64
     ok = hmac.compare_digest(expected, hash_secret(secret))
@@ -158,11 +152,6 @@ async def authenticate_for_write(db: Database, cache: TokenCache, header: str | 
     return who, True
 
 
-def unrevoked_sql(count: int) -> str:
-    """The credentials among `count` ids that are still valid (the in-transaction re-check)."""
-    return f"SELECT id FROM credentials WHERE id IN ({placeholders(count)}) AND revoked_at IS NULL"
-
-
 async def insert_credential(
     tx: Tx,
     *,
@@ -175,16 +164,14 @@ async def insert_credential(
     """Issue a credential; return (credential id, token). The token is shown once."""
     cred_id = new_id()
     token, digest = new_token(cred_id)
-    await tx.execute(
-        credentials.insert().values(
-            id=cred_id,
-            application_id=application_id,
-            namespace_id=namespace_id,
-            secret_hash=digest,
-            permissions=orjson.dumps(sorted(set(permissions))).decode(),
-            queue_scope=orjson.dumps(queue_scope).decode(),
-            label=label,
-            created_at=await tx.now(),
-        )
-    )
+    await tx.defer(cred_q.insert({
+        "id": cred_id,
+        "application_id": application_id,
+        "namespace_id": namespace_id,
+        "secret_hash": digest,
+        "permissions": orjson.dumps(sorted(set(permissions))).decode(),
+        "queue_scope": orjson.dumps(queue_scope).decode(),
+        "label": label,
+        "created_at": await tx.now(),
+    }))
     return cred_id, token

@@ -15,10 +15,11 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import text
 
 from ..errors import idempotency_conflict
-from ..store.db import DUPLICATE_KEY, Database, RetryTransaction, Tx, is_duplicate_key
+from ..store.db import Database
+from ..store.queries import idempotency as idem_q
+from ..store.tx import Tx
 
 
 def request_digest(path_params: dict[str, Any], body: Any) -> str:
@@ -49,56 +50,30 @@ Effect = Callable[[Tx], Awaitable[tuple[dict[str, Any], str | None]]]
 
 async def lookup(tx: Tx, scope: IdempotencyScope) -> Outcome | None:
     """Replay (same digest) or conflict (different digest) for an already used key."""
-    rows = await tx.raw_rows(
-        "SELECT digest, response, resource_id FROM idempotency_records "
-        "WHERE namespace_id = ? AND operation = ? AND idem_key = ?",
-        (scope.namespace_id, scope.operation, scope.key),
-    )
-    if not rows:
+    row = await tx.one(idem_q.lookup(scope.namespace_id, scope.operation, scope.key))
+    if row is None:
         return None
-    if rows[0]["digest"] != scope.digest:
+    if row["digest"] != scope.digest:
         raise idempotency_conflict()
-    return Outcome(True, orjson.loads(rows[0]["response"]), rows[0]["resource_id"])
+    return Outcome(True, orjson.loads(row["response"]), row["resource_id"])
 
 
 async def reserve(tx: Tx, scope: IdempotencyScope) -> None:
     """Insert the placeholder; a concurrent holder of the key makes us run again and replay."""
-    try:
-        await tx.raw(
-            "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (scope.namespace_id, scope.operation, scope.key, scope.digest, await tx.now()),
-        )
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            raise RetryTransaction() from exc
-        raise
+    await idem_q.reserve(tx, scope.namespace_id, scope.operation, scope.key, scope.digest, await tx.now())
 
 
 async def record(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource_id: str | None) -> None:
-    await tx.raw(
-        "UPDATE idempotency_records SET response = ?, resource_id = ? "
-        "WHERE namespace_id = ? AND operation = ? AND idem_key = ?",
-        (orjson.dumps(data).decode(), resource_id, scope.namespace_id, scope.operation, scope.key),
-    )
+    """Fill in the placeholder, with the transaction's next round trip."""
+    await tx.defer(idem_q.record(scope.namespace_id, scope.operation, scope.key, orjson.dumps(data).decode(),
+                                 resource_id))
 
 
 async def insert_records(tx: Tx, rows: list[tuple[Any, ...]]) -> None:
     """Insert finished records (namespace, operation, key, digest, resource id, response, created
-    at) with the commit, for keys found free earlier in the transaction. A concurrent request that
-    took one meanwhile fails the insert on the primary key (here, or with the later round trip
-    that carries it), and the transaction runs again and replays it."""
-    tx.error_means(DUPLICATE_KEY, RetryTransaction)
-    try:
-        await tx.defer_many(
-            "INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            raise RetryTransaction() from exc
-        raise
+    at) with the commit, for keys found free earlier in the transaction; a key taken meanwhile
+    runs the transaction again, which then replays it."""
+    await idem_q.insert(tx, rows)
 
 
 async def record_new(tx: Tx, scope: IdempotencyScope, data: dict[str, Any], resource_id: str | None) -> None:
@@ -126,16 +101,12 @@ async def idempotent_write(db: Database, scope: IdempotencyScope, effect: Effect
 async def prune(db: Database, retention: timedelta, batch: int = 1000) -> int:
     """Delete idempotency records and claim receipts older than the retention period, in bounded batches."""
     total = 0
-    for table in ("idempotency_records", "worker_claims"):
-        if db.dialect == "mysql":
-            sql = text(f"DELETE FROM {table} WHERE created_at < :cutoff LIMIT :n")
-        else:
-            sql = text(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE created_at < :cutoff LIMIT :n)")
+    for batch_of in (idem_q.prune_records, idem_q.prune_worker_claims):
         while True:
 
             async def one_batch(tx: Tx) -> int:
                 cutoff = (await tx.now()) - retention
-                return (await tx.execute(sql, {"cutoff": cutoff, "n": batch})).rowcount
+                return await tx.count(batch_of(cutoff, batch))
 
             n = await db.transaction(one_batch)
             total += n

@@ -8,8 +8,10 @@ from typing import Any
 import orjson
 
 from ..core.ids import new_id
-from ..store.db import Tx
-from ..store.tables import audit_records
+from ..store.queries import audit, events
+from ..store.tx import Tx
+
+Event = tuple[str, str, str, str, Any]  # namespace id, type, resource type, resource id, data
 
 
 @dataclass(frozen=True)
@@ -38,37 +40,23 @@ async def write_audit(
     before: Any = None,
     after: Any = None,
 ) -> None:
-    await tx.execute(
-        audit_records.insert().values(
-            id=new_id(),
-            namespace_id=namespace_id,
-            time=await tx.now(),
-            actor_credential_id=actor.credential_id,
-            actor=actor.name,
-            action=action,
-            resource_type=resource_type,
-            resource_id=resource_id,
-            reason=reason,
-            request_id=actor.request_id,
-            idempotency_key=actor.idempotency_key,
-            before=_json(before),
-            after=_json(after),
-        )
-    )
+    await tx.defer(audit.insert({
+        "id": new_id(), "namespace_id": namespace_id, "time": await tx.now(),
+        "actor_credential_id": actor.credential_id, "actor": actor.name, "action": action,
+        "resource_type": resource_type, "resource_id": resource_id, "reason": reason,
+        "request_id": actor.request_id, "idempotency_key": actor.idempotency_key,
+        "before": _json(before), "after": _json(after),
+    }))
 
 
-async def emit(
-    tx: Tx, *, namespace_id: str, type: str, resource_type: str, resource_id: str, data: Any
-) -> None:
+async def emit(tx: Tx, *, namespace_id: str, type: str, resource_type: str, resource_id: str, data: Any) -> None:
     await emit_many(tx, [(namespace_id, type, resource_type, resource_id, data)])
 
 
-async def emit_many(tx: Tx, rows: list[tuple[str, str, str, str, Any]]) -> None:
-    """Insert several outbox events in one statement."""
+async def emit_many(tx: Tx, rows: list[Event]) -> None:
+    """Several outbox events in one statement, with the transaction's next round trip."""
     if not rows:
         return
     now = await tx.now()
-    await tx.defer_many(
-        "INSERT INTO events (namespace_id, type, time, resource_type, resource_id, data) VALUES (?, ?, ?, ?, ?, ?)",
-        [(ns, type_, now, rtype, rid, orjson.dumps(data).decode()) for ns, type_, rtype, rid, data in rows],
-    )
+    await events.insert(tx, [(ns, type_, now, rtype, rid, orjson.dumps(data).decode())
+                             for ns, type_, rtype, rid, data in rows])

@@ -9,34 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-
 from ...models import ConfigureQueueRequest, CreateQueueRequest, RetireQueueRequest
 from ..core.ids import is_id, new_id
 from ..core.timefmt import format_ts
 from ..errors import not_found, state_conflict
-from ..store.db import Database, Tx, is_duplicate_key
-from ..store.tables import queue_usage, queues
+from ..store.db import Database
+from ..store.dialect import is_duplicate_key
+from ..store.queries import queues as queue_q
+from ..store.queries import usage as usage_q
+from ..store.tx import Tx
 from .auth import Principal
 from .idempotency import IdempotencyScope, Outcome, idempotent_write
 from .outbox import Actor, emit, write_audit
 
 DEFAULT_MAX_UNFINISHED_TASKS = 100_000
-
-_QUEUE_COLS = (
-    queues.c.id,
-    queues.c.namespace_id,
-    queues.c.name,
-    queues.c.paused,
-    queues.c.max_concurrency,
-    queues.c.rate_per_second,
-    queues.c.max_unfinished_tasks,
-    queues.c.revision,
-    queues.c.retired_at,
-    queues.c.created_at,
-    queues.c.updated_at,
-)
 
 
 def queue_json(row: Any, unfinished: int) -> dict[str, Any]:
@@ -66,24 +52,18 @@ class WriteRequest:
 
 
 async def lock_queue(tx: Tx, principal: Principal, queue_id: str) -> Any:
-    """Lock the queue row, or 404 when it is missing, foreign or out of scope."""
+    """Lock the queue row, or not found when it is missing, foreign or out of scope."""
     if not is_id(queue_id) or not principal.can_see_queue(queue_id):
         raise not_found("queue")
-    row = await tx.one_or_none(
-        select(*_QUEUE_COLS)
-        .where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
-        .with_for_update()
-    )
+    row = await tx.one(queue_q.lock_for_update(principal.namespace_id, queue_id))
     if row is None:
         raise not_found("queue")
     return row
 
 
 async def _unfinished(tx: Tx, queue_id: str, *, lock: bool = False) -> int:
-    stmt = select(queue_usage.c.unfinished).where(queue_usage.c.queue_id == queue_id)
-    if lock:
-        stmt = stmt.with_for_update()
-    return int(await tx.scalar(stmt) or 0)
+    row = await tx.one(usage_q.queue_unfinished(queue_id, lock=lock))
+    return int(row["unfinished"]) if row is not None else 0
 
 
 async def insert_queue(
@@ -95,12 +75,9 @@ async def insert_queue(
     rate_per_second: int,
     max_unfinished_tasks: int,
 ) -> dict[str, Any]:
-    """Insert a queue and its usage row; 409 when the name is taken in the namespace."""
+    """Insert a queue and its usage row; a conflict when the name is taken in the namespace."""
     now = await tx.now()
-    taken = await tx.scalar(
-        select(queues.c.id).where(queues.c.namespace_id == namespace_id, queues.c.name == name)
-    )
-    if taken is not None:
+    if await tx.rows(queue_q.name_taken(namespace_id, name)):
         raise state_conflict(f"a queue named {name!r} already exists in this namespace", name=name)
     row = {
         "id": new_id(),
@@ -116,19 +93,14 @@ async def insert_queue(
         "updated_at": now,
     }
     try:
-        await tx.execute(queues.insert().values(**row))
-    except IntegrityError as exc:
+        await tx.count(queue_q.insert(row))
+    except Exception as exc:
         if is_duplicate_key(exc):
             raise state_conflict(
                 f"a queue named {name!r} already exists in this namespace", name=name
             ) from exc
         raise
-    await tx.execute(
-        queue_usage.insert().values(
-            queue_id=row["id"], unfinished=0, permits_in_use=0, rate_window_start=None,
-            rate_window_used=0, rate_reserved=0,
-        )
-    )
+    await tx.defer(usage_q.insert_queue_row(row["id"]))
     return queue_json(row, 0)
 
 
@@ -188,8 +160,8 @@ async def configure_queue(
             "revision": int(row["revision"]) + 1,
             "updated_at": await tx.now(),
         }
-        await tx.execute(queues.update().where(queues.c.id == queue_id).values(**changes))
-        after = queue_json({**dict(row), **changes}, unfinished)
+        await tx.defer(queue_q.configure(queue_id, **changes))
+        after = queue_json({**row, **changes}, unfinished)
         await write_audit(
             tx, w.actor, namespace_id=row["namespace_id"], action="queue.configure",
             resource_type="queue", resource_id=queue_id, reason=req.reason, before=before, after=after,
@@ -221,8 +193,8 @@ async def retire_queue(db: Database, w: WriteRequest, queue_id: str, req: Retire
         now = await tx.now()
         before = queue_json(row, unfinished)
         changes = {"retired_at": now, "updated_at": now, "revision": int(row["revision"]) + 1}
-        await tx.execute(queues.update().where(queues.c.id == queue_id).values(**changes))
-        after = queue_json({**dict(row), **changes}, unfinished)
+        await tx.defer(queue_q.retire(queue_id, retired_at=now, revision=changes["revision"]))
+        after = queue_json({**row, **changes}, unfinished)
         await write_audit(
             tx, w.actor, namespace_id=row["namespace_id"], action="queue.retire",
             resource_type="queue", resource_id=queue_id, reason=req.reason, before=before, after=after,
@@ -245,14 +217,7 @@ async def get_queue(db: Database, principal: Principal, queue_id: str) -> dict[s
     if not is_id(queue_id) or not principal.can_see_queue(queue_id):
         raise not_found("queue")
 
-    async def read(tx: Tx):
-        return await tx.one_or_none(
-            select(*_QUEUE_COLS, queue_usage.c.unfinished)
-            .join(queue_usage, queue_usage.c.queue_id == queues.c.id)
-            .where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
-        )
-
-    row = await db.read(read)
+    row = await db.read(lambda tx: tx.one(queue_q.with_usage(principal.namespace_id, queue_id)))
     if row is None:
         raise not_found("queue")
     return queue_json(row, row["unfinished"])
@@ -268,23 +233,8 @@ async def list_queues(
     after_id: str | None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page in creation order (ids are time-ordered); returns (items, last id if more)."""
-    stmt = (
-        select(*_QUEUE_COLS, queue_usage.c.unfinished)
-        .join(queue_usage, queue_usage.c.queue_id == queues.c.id)
-        .where(queues.c.namespace_id == principal.namespace_id)
-        .order_by(queues.c.id)
-        .limit(limit + 1)
-    )
-    if name is not None:
-        stmt = stmt.where(queues.c.name == name)
-    if not include_retired:
-        stmt = stmt.where(queues.c.retired_at.is_(None))
-    if after_id is not None:
-        stmt = stmt.where(queues.c.id > after_id)
-
-    async def read(tx: Tx):
-        return await tx.all(stmt)
-
-    rows = await db.read(read)
+    stmt = queue_q.page(principal.namespace_id, name=name, include_retired=include_retired, after_id=after_id,
+                        limit=limit + 1)
+    rows = await db.read(lambda tx: tx.rows(stmt))
     items = [queue_json(r, r["unfinished"]) for r in rows[:limit]]
     return items, (items[-1]["id"] if len(rows) > limit else None)

@@ -14,18 +14,18 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from sqlalchemy import select, update
 
 from ...models import CancelTaskRequest, ReviewTaskRequest, SubmitTaskItem, SubmitTaskRequest
 from ..core import states
 from ..core.admission import TimeRuleError, resolve_times
 from ..core.deadlines import next_sweep, sweep_action
 from ..core.ids import is_id, new_id
+from ..core.limits import QUEUE_FULL, Backlog, admit_in_order
 from ..core.timefmt import format_ts, parse_rfc3339
 from ..errors import (
-    ApiError,
-    describe_validation_error,
+    OrbitError,
     application_full,
+    describe_validation_error,
     idempotency_conflict,
     invalid_argument,
     not_found,
@@ -33,12 +33,19 @@ from ..errors import (
     state_conflict,
     unauthenticated,
 )
-from ..store.db import BAD_NULL, Database, Tx, placeholders
-from ..store.tables import leases, queues, tasks
-from .auth import Principal, unrevoked_sql
+from ..store.db import Database
+from ..store.dialect import PlanNoLongerHolds
+from ..store.queries import credentials as credential_q
+from ..store.queries import idempotency as idem_q
+from ..store.queries import leases as lease_q
+from ..store.queries import queues as queue_q
+from ..store.queries import tasks as task_q
+from ..store.queries import usage as usage_q
+from ..store.queries.usage import UsageChanges
+from ..store.tx import Tx
+from .auth import Principal
 from .idempotency import IdempotencyScope, Outcome, insert_records, request_digest
 from .outbox import Actor, emit_many, write_audit
-from .usage import PlanNoLongerHolds, UsageChanges, lock_last
 
 OP_SUBMIT = "tasks.submit"
 OP_SUBMIT_BATCH = "tasks.submit_batch"
@@ -46,8 +53,6 @@ OP_CANCEL = "tasks.cancel"
 OP_REVIEW = "tasks.review"
 
 DEFAULT_RETRY = {"initial_backoff_ms": 1000, "max_backoff_ms": 60000, "multiplier": 2.0, "jitter": 0.2}
-
-_TASK_COLS = tuple(c for c in tasks.c if c.name not in ("payload",))
 
 
 def _j(text: str | None) -> Any:
@@ -103,10 +108,9 @@ def _submit_receipt(row: dict[str, Any]) -> str:
 
 
 def receipt_snapshot(response: str) -> dict[str, Any]:
-    """The task snapshot stored in a submit's record: a full one (without payload) in records
-    written before `_submit_receipt`, else a stub for `_rehydrate` to complete."""
-    stored = orjson.loads(response)
-    return stored["task"] if "task" in stored else {"id": stored["submitted"]["id"], _AS_SUBMITTED: stored["submitted"]}
+    """The task snapshot of a submit's record: a stub for `_rehydrate` to complete."""
+    submitted = orjson.loads(response)["submitted"]
+    return {"id": submitted["id"], _AS_SUBMITTED: submitted}
 
 
 _AS_SUBMITTED = "_as_submitted"  # marks a stub; task objects have no such field
@@ -121,10 +125,7 @@ async def _rehydrate(tx: Tx, snapshots: list[dict[str, Any]]) -> None:
     if not ids:
         return
     stubs = any(_AS_SUBMITTED in s for s in snapshots)
-    cols = "*" if stubs else "id, payload"
-    rows = await tx.raw_rows(f"SELECT {cols} FROM tasks WHERE id IN ({placeholders(len(ids))})", ids,
-                             datetimes=("trigger_at", "available_at", "start_deadline_at", "deadline_at", "created_at",
-                                        "updated_at", "finished_at"))
+    rows = await tx.rows(task_q.for_replay(ids, full=stubs))
     by_id = {r["id"]: r for r in rows}
     for s in snapshots:
         if "payload" in s:
@@ -151,7 +152,7 @@ class SubmitCommand:
     digest: str
     req: SubmitTaskRequest | None
     raw: dict[str, Any] | None = None
-    error: ApiError | None = None
+    error: OrbitError | None = None
 
 
 def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
@@ -180,7 +181,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
         err = describe_validation_error(exc)
         err = invalid_argument(f"tasks[{index}].{err.message}", f"tasks[{index}].{(err.details or {}).get('field', '')}".rstrip("."))
         return SubmitCommand(key if isinstance(key, str) else "", "", None, error=err)
-    except ApiError as exc:
+    except OrbitError as exc:
         return SubmitCommand(parsed.idempotency_key, "", None, error=invalid_argument(f"tasks[{index}].{exc.message}", f"tasks[{index}].payload"))
     return SubmitCommand(parsed.idempotency_key, submit_digest(queue_id, fields), req, fields)
 
@@ -188,7 +189,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
 @dataclass
 class Admission:
     outcome: Outcome | None = None
-    error: ApiError | None = None
+    error: OrbitError | None = None
 
 
 def _new_task_row(
@@ -241,11 +242,6 @@ async def check_resource_keys(tx: Tx, namespace_id: str, names: list[str]) -> No
         raise invalid_argument(f"resource_keys: unknown resource key {names[0]!r}", "resource_keys")
 
 
-_ROOM = ("SELECT qu.unfinished, au.unfinished AS app_unfinished, a.max_unfinished_tasks AS app_max "
-         "FROM queue_usage qu, application_usage au, applications a "
-         "WHERE qu.queue_id = ? AND au.application_id = ? AND a.id = ?")
-
-
 async def _read_for_admission(
     tx: Tx, principal: Principal, queue_id: str, keys: list[str], *, room: bool, credentials: list[str] = (),
 ) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
@@ -253,36 +249,27 @@ async def _read_for_admission(
     and read the submit receipts of `keys`, in one round trip. With `room`, the queue also
     carries `room`: an unlocked snapshot of the backlog room left in it and its application.
     Of `credentials`, the ids still unrevoked come back (the third value)."""
-    share = " LOCK IN SHARE MODE" if tx.is_mysql else ""
-    reads: list[tuple[str, Any]] = [(
-        f"SELECT id, retired_at, max_unfinished_tasks{tx.now_column} FROM queues "
-        f"WHERE id = ? AND namespace_id = ?{share}",
-        (queue_id, principal.namespace_id),
-    )]
+    reads = [queue_q.share_for_admission(principal.namespace_id, queue_id)]
     if room:
-        reads.append((_ROOM, (queue_id, principal.application_id, principal.application_id)))
+        reads.append(usage_q.backlog(queue_id, principal.application_id))
     unique = sorted(set(keys))
     if unique:
-        reads.append((
-            "SELECT idem_key, digest, response FROM idempotency_records WHERE namespace_id = ? AND operation = ? "
-            f"AND idem_key IN ({placeholders(len(unique))})",
-            (principal.namespace_id, OP_SUBMIT, *unique),
-        ))
+        reads.append(idem_q.receipts(principal.namespace_id, OP_SUBMIT, unique))
     unique_creds = sorted(set(credentials))
     if unique_creds:
-        reads.append((unrevoked_sql(len(unique_creds)), unique_creds))
-    rows, *rest = await tx.raw_rows_multi(reads)
+        reads.append(credential_q.unrevoked(unique_creds))
+    rows, *rest = await tx.rows_multi(reads)
     valid = {r["id"] for r in rest.pop()} if unique_creds else set()
     if not rows:
         if unique_creds and not valid:
             raise unauthenticated()
         raise not_found("queue")
-    tx.take_now(rows[0])
+    tx.adopt_clock(rows[0])
     queue = dict(rows[0])
     if room:
-        (u,) = rest[0]
-        queue["room"] = min(int(queue["max_unfinished_tasks"]) - int(u["unfinished"]),
-                            int(u["app_max"]) - int(u["app_unfinished"]))
+        (b,) = rest[0]
+        queue["room"] = Backlog(int(b["queue_unfinished"]), int(b["queue_limit"]), int(b["app_unfinished"]),
+                                int(b["app_limit"])).room()
     return queue, {r["idem_key"]: r for r in (rest[-1] if unique else [])}, valid
 
 
@@ -303,7 +290,7 @@ async def admit(
     Lock order: queue row (shared), then queue_usage, then application_usage. `optimistic`
     writes the tasks first and takes their backlog slots last, so the hot usage rows stay
     locked only until the commit; when they do not all fit it raises `PlanNoLongerHolds`
-    (see `usage.lock_last`), except for a lone command, which is refused outright.
+    (see `Database.lock_last`), except for a lone command, which is refused outright.
     `recheck` names, per command, a credential whose revocation must be checked here (None: the
     request was authenticated against the database already).
     """
@@ -345,7 +332,7 @@ async def admit(
         except TimeRuleError as exc:
             results[i] = Admission(error=invalid_argument(str(exc), exc.field))
             continue
-        except ApiError as exc:
+        except OrbitError as exc:
             results[i] = Admission(error=exc)
             continue
         first_digest[cmd.key] = cmd.digest  # a refused item leaves its key free for a later one
@@ -381,35 +368,19 @@ async def admit(
 
 
 async def _take_slots(tx: Tx, principal: Principal, queue_id: str, n: int, *, alone: bool) -> None:
-    """Take `n` backlog slots in the queue and the application if both have room.
-
-    On MySQL the two guarded UPDATEs are deferred: they travel with the COMMIT, so the hot
-    usage rows are locked for no network round trip at all. A row without room sets its
-    counter to NULL, which fails the statement (strict mode) before the COMMIT runs; the
-    transaction is then decided again under the lock (`usage.lock_last`), which also tells
-    which limit refused and, in a batch, which items still fit.
-    """
-    queue_sql = ("UPDATE queue_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks "
-                 "FROM queues WHERE id = ?) THEN unfinished + ? ELSE NULL END WHERE queue_id = ?")
-    app_sql = ("UPDATE application_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks "
-               "FROM applications WHERE id = ?) THEN unfinished + ? ELSE NULL END WHERE application_id = ?")
-    if tx.is_mysql and tx.deferring:
-        tx.error_means(BAD_NULL, PlanNoLongerHolds)
-        await tx.defer(queue_sql, (n, queue_id, n, queue_id))
-        await tx.defer(app_sql, (n, principal.application_id, n, principal.application_id))
-        return
-    taken, app_taken = await tx.raw_counts([
-        ("UPDATE queue_usage SET unfinished = unfinished + ? WHERE queue_id = ? "
-         "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM queues WHERE id = ?)", (n, queue_id, n, queue_id)),
-        ("UPDATE application_usage SET unfinished = unfinished + ? WHERE application_id = ? "
-         "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM applications WHERE id = ?)",
-         (n, principal.application_id, n, principal.application_id)),
-    ])
-    if taken == 1 and app_taken == 1:
+    """Take `n` backlog slots in the queue and the application if both have room. A refusal
+    reruns the transaction locked first (`Database.lock_last`), which also tells, in a batch,
+    which items still fit; a lone submit is refused outright where the store can tell now."""
+    refused = await usage_q.take_backlog_slots(tx, queue_id, principal.application_id, n)
+    if refused is None:
         return
     if not alone:
         raise PlanNoLongerHolds()  # the rollback returns whichever slots were taken
-    raise queue_full() if taken != 1 else application_full()
+    raise _full(refused)
+
+
+def _full(refused: str) -> OrbitError:
+    return queue_full() if refused == QUEUE_FULL else application_full()
 
 
 async def _admit_many(
@@ -418,26 +389,17 @@ async def _admit_many(
     """Batch: lock the usage rows once, accept in order until a limit is reached."""
     if not candidates:
         return []
-    (u,) = await tx.raw_rows(f"SELECT unfinished FROM queue_usage WHERE queue_id = ?{tx.for_update}", (queue["id"],))
-    (au,) = await tx.raw_rows(
-        f"SELECT unfinished FROM application_usage WHERE application_id = ?{tx.for_update}",
-        (principal.application_id,),
-    )
-    (app,) = await tx.raw_rows("SELECT max_unfinished_tasks FROM applications WHERE id = ?", (principal.application_id,))
-    unfinished, app_unfinished, app_limit = int(u["unfinished"]), int(au["unfinished"]), int(app["max_unfinished_tasks"])
-    queue_room = max(0, int(queue["max_unfinished_tasks"]) - unfinished)
-    app_room = max(0, app_limit - app_unfinished)
+    (u,) = await tx.rows(usage_q.queue_unfinished(queue["id"], lock=True))
+    (au,) = await tx.rows(usage_q.application_usage_unfinished(principal.application_id, lock=True))
+    (app,) = await tx.rows(usage_q.application_limit(principal.application_id))
+    backlog = Backlog(int(u["unfinished"]), int(queue["max_unfinished_tasks"]), int(au["unfinished"]),
+                      int(app["max_unfinished_tasks"]))
     accepted: list[_Candidate] = []
-    full = app_full = False
-    for cand in candidates:
-        if full or len(accepted) >= queue_room:
-            full = True
-            results[cand.index] = Admission(error=queue_full())
-        elif app_full or len(accepted) >= app_room:
-            app_full = True
-            results[cand.index] = Admission(error=application_full())
-        else:
+    for cand, refused in zip(candidates, admit_in_order(len(candidates), backlog)):
+        if refused is None:
             accepted.append(cand)
+        else:
+            results[cand.index] = Admission(error=_full(refused))
     if accepted:
         usage = UsageChanges()
         usage.add(queue["id"], principal.application_id, unfinished=len(accepted))
@@ -454,11 +416,7 @@ async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candida
         records.append((principal.namespace_id, OP_SUBMIT, c.cmd.key, c.cmd.digest, c.row["id"],
                         _submit_receipt(c.row), now))
     await insert_records(tx, records)
-    cols = list(accepted[0].row)
-    await tx.defer_many(
-        f"INSERT INTO tasks ({', '.join(cols)}) VALUES ({placeholders(len(cols))})",
-        [[c.row[col] for col in cols] for c in accepted],
-    )
+    await task_q.insert(tx, [c.row for c in accepted])
     await emit_many(tx, [_event(c.row, "task.submitted", priority=c.row["priority"]) for c in accepted])
 
 
@@ -484,7 +442,7 @@ async def submit_group(db: Database, group: list[QueuedSubmit]) -> list[Admissio
     first = group[0]
     commands = [q.cmd for q in group]
     recheck = [None if q.verified else q.principal.credential_id for q in group]
-    return await lock_last(db, lambda tx, optimistic: admit(
+    return await db.lock_last(lambda tx, optimistic: admit(
         tx, first.principal, first.queue_id, commands, optimistic=optimistic,
         recheck=recheck if any(recheck) else None))
 
@@ -514,8 +472,7 @@ async def submit_batch(
                 return replay
             # Its item receipts were pruned, so the batch record (written with them) is past
             # its retention too: the batch runs as new, as each of its items would alone.
-            await tx.raw("DELETE FROM idempotency_records WHERE namespace_id = ? AND operation = ? AND idem_key = ?",
-                         (scope.namespace_id, scope.operation, scope.key))
+            await tx.defer(idem_q.delete(scope.namespace_id, scope.operation, scope.key))
         results = await admit(tx, principal, queue_id, commands, optimistic=optimistic)
         items = [_item_json(a) for a in results]
         stored = [{"deduplicated": a.outcome.deduplicated, "ref": c.key} if a.outcome is not None else i
@@ -523,19 +480,17 @@ async def submit_batch(
         await record_new(tx, scope, {"results": stored}, queue_id)
         return Outcome(False, {"results": items}, queue_id)
 
-    return await lock_last(db, body)
+    return await db.lock_last(body)
 
 
 async def _replay_batch(tx: Tx, scope: IdempotencyScope, previous: Outcome) -> Outcome | None:
     """The stored answer of a batch, its tasks read back from the items' receipts; None when
-    one of those receipts is gone. Records from before receipts were referred to carry the task."""
+    one of those receipts is gone."""
     stored = previous.data["results"]
     refs = sorted({r["ref"] for r in stored if "ref" in r})
     receipts: dict[str, dict[str, Any]] = {}
     if refs:
-        rows = await tx.raw_rows(
-            "SELECT idem_key, response FROM idempotency_records WHERE namespace_id = ? AND operation = ? "
-            f"AND idem_key IN ({placeholders(len(refs))})", (scope.namespace_id, OP_SUBMIT, *refs))
+        rows = await tx.rows(idem_q.receipts(scope.namespace_id, OP_SUBMIT, refs))
         receipts = {r["idem_key"]: receipt_snapshot(r["response"]) for r in rows}
         if len(receipts) < len(refs):
             return None
@@ -543,9 +498,9 @@ async def _replay_batch(tx: Tx, scope: IdempotencyScope, previous: Outcome) -> O
     snapshots = []
     for r in stored:
         if "ref" in r:
-            r = {"deduplicated": r["deduplicated"], "task": receipts[r["ref"]]}
-        if "task" in r:
-            snapshots.append(r["task"])
+            task = receipts[r["ref"]]
+            snapshots.append(task)
+            r = {"deduplicated": r["deduplicated"], "task": task}
         results.append(r)
     await _rehydrate(tx, snapshots)
     return Outcome(True, {"results": results}, previous.resource_id)
@@ -557,10 +512,7 @@ async def _replay_batch(tx: Tx, scope: IdempotencyScope, previous: Outcome) -> O
 async def _visible_task(tx: Tx, principal: Principal, task_id: str, *, lock: bool = False) -> Any:
     if not is_id(task_id):
         raise not_found("task")
-    stmt = select(*_TASK_COLS).where(tasks.c.id == task_id, tasks.c.namespace_id == principal.namespace_id)
-    if lock:
-        stmt = stmt.with_for_update()
-    row = await tx.one_or_none(stmt)
+    row = await tx.one(task_q.by_id(principal.namespace_id, task_id, lock=lock))
     if row is None or not principal.can_see_queue(row["queue_id"]):
         raise not_found("task")
     return row
@@ -570,9 +522,7 @@ async def get_task(db: Database, principal: Principal, task_id: str) -> dict[str
     async def read(tx: Tx):
         if not is_id(task_id):
             raise not_found("task")
-        row = await tx.one_or_none(
-            select(tasks).where(tasks.c.id == task_id, tasks.c.namespace_id == principal.namespace_id)
-        )
+        row = await tx.one(task_q.by_id(principal.namespace_id, task_id, payload=True))
         if row is None or not principal.can_see_queue(row["queue_id"]):
             raise not_found("task")
         return task_json(row, _j(row["payload"]))
@@ -612,55 +562,49 @@ async def list_tasks(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first; the cursor is the last id returned (ids are time-ordered)."""
     principal.require_queue(queue_id)
-    stmt = select(tasks).where(tasks.c.queue_id == queue_id).order_by(tasks.c.id.desc()).limit(limit + 1)
-    if flt.states:
-        stmt = stmt.where(tasks.c.state.in_(flt.states))
-    if flt.schedule_id is not None:
-        stmt = stmt.where(tasks.c.schedule_id == flt.schedule_id)
-    if flt.created_after is not None:
-        stmt = stmt.where(tasks.c.created_at > flt.created_after)
-    if flt.created_before is not None:
-        stmt = stmt.where(tasks.c.created_at < flt.created_before)
-    if before_id is not None:
-        stmt = stmt.where(tasks.c.id < before_id)
+    page = task_q.page(queue_id, states=flt.states, schedule_id=flt.schedule_id, created_after=flt.created_after,
+                       created_before=flt.created_before, before_id=before_id, limit=limit + 1)
 
     async def read(tx: Tx):
-        exists = await tx.scalar(
-            select(queues.c.id).where(queues.c.id == queue_id, queues.c.namespace_id == principal.namespace_id)
-        )
-        if exists is None:
+        if not await tx.rows(queue_q.ids_in_namespace(principal.namespace_id, [queue_id])):
             raise not_found("queue")
-        return await tx.all(stmt)
+        return await tx.rows(page)
 
     rows = await db.read(read)
     items = [task_json(r, _j(r["payload"])) for r in rows[:limit]]
     return items, (items[-1]["id"] if len(rows) > limit else None)
 
 
+def attempt_json(lease: Any) -> dict[str, Any]:
+    outcome = "RUNNING" if lease["state"] == states.RUNNING else (lease["outcome"] or "RUNNING")
+    return {
+        "number": int(lease["attempt"]),
+        "node_id": lease["worker_node_id"],
+        "worker_session_id": lease["session_id"],
+        "leased_at": format_ts(lease["leased_at"]),
+        "started_at": format_ts(lease["started_at"]),
+        "ended_at": format_ts(lease["ended_at"]),
+        "outcome": outcome,
+        "error": _j(lease["error"]),
+        "late_reports": _j(lease["late_reports"]) or [],
+    }
+
+
 async def list_attempts(
     db: Database, principal: Principal, task_id: str, *, limit: int, after_number: int | None
 ) -> tuple[list[dict[str, Any]], int | None]:
     """Started leases of a task, in attempt order, with any late evidence."""
-    from .dispatch import list_attempts as read_attempts
 
     async def read(tx: Tx):
         await _visible_task(tx, principal, task_id)
-        return await read_attempts(tx, task_id, limit=limit, after_number=after_number)
+        return await tx.rows(lease_q.attempts(task_id, after_number=after_number, limit=limit + 1))
 
     rows = await db.read(read)
-    items = rows[:limit]
+    items = [attempt_json(r) for r in rows[:limit]]
     return items, (items[-1]["number"] if len(rows) > limit else None)
 
 
 # ------------------------------------------------------------------ state changes
-
-
-async def _current_lease(tx: Tx, task_id: str) -> Any:
-    """The task's live lease, locked (after the task row: the global lock order)."""
-    return await tx.one_or_none(
-        select(leases).where(leases.c.task_id == task_id, leases.c.state.in_((states.LEASED, states.RUNNING)))
-        .with_for_update()
-    )
 
 
 @dataclass
@@ -693,15 +637,15 @@ async def _task_write(
             return previous
         await reserve(tx, scope)
         change = await decide(tx, row, await tx.now())
-        await tx.execute(update(tasks).where(tasks.c.id == task_id).values(**change.changes))
+        await tx.defer(task_q.update(task_id, change.changes))
         await change.usage.apply(tx)
         before = _snapshot_without_payload(task_json(row))
-        after = _snapshot_without_payload(task_json({**dict(row), **change.changes}))
+        after = _snapshot_without_payload(task_json({**row, **change.changes}))
         await write_audit(
             tx, actor, namespace_id=row["namespace_id"], action=action, resource_type="task",
             resource_id=task_id, reason=reason, before=before, after={**after, **change.audit_extra},
         )
-        await emit_many(tx, [_event({**dict(row), **change.changes}, change.event, **change.event_data)])
+        await emit_many(tx, [_event({**row, **change.changes}, change.event, **change.event_data)])
         await record(tx, scope, {"task": after}, task_id)
         await _rehydrate(tx, [after])
         return Outcome(False, {"task": after}, task_id)
@@ -723,9 +667,9 @@ async def cancel_task(
         if state == states.RUNNING:
             if row["cancel_requested"]:
                 raise state_conflict("a cancel was already requested for this running task", state=state)
-            lease = await _current_lease(tx, task_id)
+            lease = await tx.one(lease_q.live_for_task(task_id))
             if lease is not None:
-                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
+                await tx.defer(lease_q.request_push(lease["id"]))
             return TaskChange({"cancel_requested": True, "cancel_reason": req.reason, "updated_at": now},
                               "task.cancel_requested", {"reason": req.reason})
         change = TaskChange(
@@ -734,10 +678,9 @@ async def cancel_task(
         )
         change.usage.add(row["queue_id"], row["application_id"], unfinished=-1)
         if state == states.LEASED:
-            lease = await _current_lease(tx, task_id)
+            lease = await tx.one(lease_q.live_for_task(task_id))
             if lease is not None:
-                await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
-                    state="ENDED", ended_at=now, outcome="CANCELLED", reserved=False, push_pending=True))
+                await tx.defer(lease_q.end_for_task(lease["id"], states.CANCELLED, now))
                 change.usage.add(row["queue_id"], row["application_id"], permits=-1,
                                  reserved=-1 if lease["reserved"] else 0)
         return change
@@ -783,12 +726,7 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
 
     async def body(tx: Tx) -> int:
         now = await tx.now()
-        due = await tx.all(
-            select(tasks.c.id, tasks.c.namespace_id, tasks.c.queue_id, tasks.c.application_id, tasks.c.state,
-                   tasks.c.attempts, tasks.c.deadline_at, tasks.c.start_deadline_at, tasks.c.cancel_requested)
-            .where(tasks.c.sweep_at <= now).order_by(tasks.c.sweep_at).limit(batch)
-            .with_for_update(skip_locked=True)
-        )
+        due = await tx.rows(task_q.due(now, batch))
         if not due:
             return 0
         actions = {r["id"]: sweep_action(r["state"], int(r["attempts"]), r["deadline_at"], r["start_deadline_at"],
@@ -797,11 +735,7 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
         with_lease = sorted(r["id"] for r in due if r["state"] in (states.LEASED, states.RUNNING)
                             and actions[r["id"]].kind != "reschedule")
         if with_lease:
-            for lease in await tx.all(
-                select(leases).where(leases.c.task_id.in_(with_lease),
-                                     leases.c.state.in_((states.LEASED, states.RUNNING)))
-                .order_by(leases.c.id).with_for_update()
-            ):
+            for lease in await tx.rows(lease_q.live_for_tasks(with_lease)):
                 live[lease["task_id"]] = lease
         usage = UsageChanges()
         events = []
@@ -812,29 +746,25 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
             if action.kind == "fail":
                 acted += 1
                 error = {"code": action.code, "message": action.message}
-                await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(
-                    state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now,
-                    sweep_at=None))
+                await tx.defer(task_q.fail_swept(r["id"], orjson.dumps(error).decode(), now))
                 usage.add(r["queue_id"], r["application_id"], unfinished=-1)
                 if lease is not None:
-                    await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(
-                        state="ENDED", ended_at=now, outcome=action.code, reserved=False, push_pending=True))
+                    await tx.defer(lease_q.end_for_task(lease["id"], action.code, now))
                     usage.add(r["queue_id"], r["application_id"], permits=-1,
                               reserved=-1 if lease["reserved"] else 0)
-                events.append(_event({**dict(r), "state": states.FAILED}, "task.failed", error=error))
+                events.append(_event({**r, "state": states.FAILED}, "task.failed", error=error))
             elif action.kind == "cancel":
                 acted += 1
-                await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(
-                    cancel_requested=True, cancel_reason=action.message, updated_at=now, sweep_at=None))
+                await tx.defer(task_q.request_cancel_swept(r["id"], action.message, now))
                 if lease is not None:
-                    await tx.execute(update(leases).where(leases.c.id == lease["id"]).values(push_pending=True))
+                    await tx.defer(lease_q.request_push(lease["id"]))
                 events.append(_event(r, "task.cancel_requested", reason=action.message))
             else:
-                await tx.execute(update(tasks).where(tasks.c.id == r["id"]).values(sweep_at=action.next_sweep_at))
+                await tx.defer(task_q.move_sweep(r["id"], action.next_sweep_at))
         await usage.apply(tx)
         await emit_many(tx, events)
         return acted
 
-    if not await db.any_row("SELECT 1 FROM tasks WHERE sweep_at <= {now} LIMIT 1"):
+    if not await db.any_row(task_q.any_due()):
         return 0
     return await db.transaction(body)

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import or_, select
 
 from ..core.ids import is_id, new_id
 from ..core.timefmt import format_ts
-from ..store.db import Tx
-from ..store.tables import application_usage, applications, credentials, namespaces, queues
+from ..store.queries import applications as app_q
+from ..store.queries import credentials as cred_q
+from ..store.queries import queues as queue_q
+from ..store.queries import usage as usage_q
+from ..store.tx import Tx
 from .auth import insert_credential
 from .outbox import Actor, emit, write_audit
 from .queues import insert_queue, queue_json
@@ -30,18 +32,13 @@ class AdminError(Exception):
 
 
 async def ensure_application(tx: Tx, name: str) -> dict[str, Any]:
-    row = await tx.one_or_none(select(applications).where(applications.c.name == name))
+    row = await tx.one(app_q.by_name(name))
     if row is not None:
-        return dict(row)
+        return row
     now = await tx.now()
     values = {"id": new_id(), "name": name, "paused": False, "revision": 1, "created_at": now, "updated_at": now, **APP_DEFAULTS}
-    await tx.execute(applications.insert().values(**values))
-    await tx.execute(
-        application_usage.insert().values(
-            application_id=values["id"], unfinished=0, permits_in_use=0, rate_window_start=None,
-            rate_window_used=0, rate_reserved=0,
-        )
-    )
+    await tx.defer(app_q.insert(values))
+    await tx.defer(usage_q.insert_application_row(values["id"]))
     await write_audit(tx, ADMIN, namespace_id=None, action="application.create", resource_type="application",
                       resource_id=values["id"], after={"id": values["id"], "name": name})
     return values
@@ -50,25 +47,23 @@ async def ensure_application(tx: Tx, name: str) -> dict[str, Any]:
 async def ensure_namespace(tx: Tx, application_id: str, name: str, environment: str) -> dict[str, Any]:
     if environment not in ENVIRONMENTS:
         raise AdminError(f"environment must be one of {', '.join(ENVIRONMENTS)}")
-    row = await tx.one_or_none(
-        select(namespaces).where(namespaces.c.application_id == application_id, namespaces.c.name == name)
-    )
+    row = await tx.one(app_q.namespace_by_name(application_id, name))
     if row is not None:
         if row["environment"] != environment:
             raise AdminError(
                 f"namespace {name!r} exists with environment {row['environment']!r}, not {environment!r}"
             )
-        return dict(row)
+        return row
     values = {"id": new_id(), "application_id": application_id, "name": name, "environment": environment,
               "created_at": await tx.now()}
-    await tx.execute(namespaces.insert().values(**values))
+    await tx.defer(app_q.insert_namespace(values))
     await write_audit(tx, ADMIN, namespace_id=values["id"], action="namespace.create", resource_type="namespace",
                       resource_id=values["id"], after={"id": values["id"], "name": name, "environment": environment})
     return values
 
 
 async def ensure_queue(tx: Tx, namespace_id: str, name: str) -> dict[str, Any]:
-    row = await tx.one_or_none(select(queues).where(queues.c.namespace_id == namespace_id, queues.c.name == name))
+    row = await tx.one(queue_q.by_name(namespace_id, name))
     if row is not None:
         return queue_json(row, 0)
     snapshot = await insert_queue(tx, namespace_id=namespace_id, name=name, **BOOTSTRAP_QUEUE)
@@ -126,64 +121,47 @@ async def issue_credential(
 
 
 async def find_application(tx: Tx, ref: str) -> dict[str, Any]:
-    cond = applications.c.name == ref
-    if is_id(ref):
-        cond = or_(cond, applications.c.id == ref)
-    row = await tx.one_or_none(select(applications).where(cond))
+    row = await tx.one(app_q.by_name_or_id(ref) if is_id(ref) else app_q.by_name(ref))
     if row is None:
         raise AdminError(f"no application {ref!r}")
-    return dict(row)
+    return row
 
 
 async def find_namespace(tx: Tx, application_id: str, ref: str) -> dict[str, Any]:
-    cond = namespaces.c.name == ref
-    if is_id(ref):
-        cond = or_(cond, namespaces.c.id == ref)
-    row = await tx.one_or_none(select(namespaces).where(namespaces.c.application_id == application_id, cond))
+    row = await tx.one(app_q.namespace_by_name_or_id(application_id, ref) if is_id(ref)
+                       else app_q.namespace_by_name(application_id, ref))
     if row is None:
         raise AdminError(f"no namespace {ref!r} in that application")
-    return dict(row)
+    return row
 
 
 async def check_queues_exist(tx: Tx, namespace_id: str, queue_ids: list[str]) -> None:
     """A scope naming queues that are not in the namespace would silently reach nothing."""
-    rows = await tx.all(select(queues.c.id).where(queues.c.namespace_id == namespace_id, queues.c.id.in_(queue_ids)))
+    rows = await tx.rows(queue_q.ids_in_namespace(namespace_id, queue_ids))
     missing = sorted(set(queue_ids) - {r["id"] for r in rows})
     if missing:
         raise AdminError(f"--queue-scope {missing[0]} is not a queue of that namespace")
 
 
 async def list_credentials(tx: Tx, application_id: str | None) -> list[dict[str, Any]]:
-    stmt = select(
-        credentials.c.id, credentials.c.application_id, credentials.c.namespace_id, credentials.c.permissions,
-        credentials.c.queue_scope, credentials.c.label, credentials.c.created_at, credentials.c.revoked_at,
-        credentials.c.revoke_reason,
-    ).order_by(credentials.c.id)
-    if application_id is not None:
-        stmt = stmt.where(credentials.c.application_id == application_id)
-    rows = await tx.all(stmt)
-    out = []
+    rows = await tx.rows(cred_q.listing(application_id))
     for r in rows:
-        d = dict(r)
-        d["permissions"] = orjson.loads(d["permissions"])
-        d["queue_scope"] = orjson.loads(d["queue_scope"])
-        out.append(d)
-    return out
+        r["permissions"] = orjson.loads(r["permissions"])
+        r["queue_scope"] = orjson.loads(r["queue_scope"])
+    return rows
 
 
 async def revoke_credential(tx: Tx, credential_id: str, reason: str) -> bool:
     """Revoke; returns False when it was already revoked (nothing changes then)."""
     if not reason.strip():
         raise AdminError("--reason must not be blank")
-    row = await tx.one_or_none(select(credentials).where(credentials.c.id == credential_id).with_for_update())
+    row = await tx.one(cred_q.lock_for_update(credential_id))
     if row is None:
         raise AdminError(f"no credential {credential_id!r}")
     if row["revoked_at"] is not None:
         return False
     now = await tx.now()
-    await tx.execute(
-        credentials.update().where(credentials.c.id == credential_id).values(revoked_at=now, revoke_reason=reason)
-    )
+    await tx.defer(cred_q.revoke(credential_id, now, reason))
     await write_audit(tx, ADMIN, namespace_id=row["namespace_id"], action="credential.revoke",
                       resource_type="credential", resource_id=credential_id, reason=reason,
                       before={"revoked_at": None}, after={"revoked_at": format_ts(now)})

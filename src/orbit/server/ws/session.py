@@ -22,7 +22,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..._rules import IDEMPOTENCY_KEY_RE
 from ..core.ids import is_id, new_id
-from ..services import dispatch
+from ..errors import OrbitError
+from ..services import dispatch, workers
 from ..services.auth import Principal
 from .corked import SEND_TEXT_NOW
 from .hub import POLL_INTERVAL, WorkerHub
@@ -40,32 +41,39 @@ def _debug_enabled() -> bool:
     return logging.getLogger("orbit.ws").isEnabledFor(logging.DEBUG)
 
 
-def _unavailable() -> dict[str, Any]:
-    return dispatch.fail("UNAVAILABLE", "temporarily unavailable; resend the same message id", 1000)
+def _unavailable() -> OrbitError:
+    return OrbitError("UNAVAILABLE", "temporarily unavailable; resend the same message id", retry_after_ms=1000)
 
 
-class FrameError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+def reply_frame(msg_id: str, result: dispatch.Result) -> dict[str, Any]:
+    """The one place a command's result becomes its reply frame."""
+    if isinstance(result, OrbitError):
+        error: dict[str, Any] = {"code": result.code, "message": result.message}
+        if result.retry_after_ms is not None:
+            error["retry_after_ms"] = int(result.retry_after_ms)
+        return {"reply_to": msg_id, "ok": False, "error": error}
+    return {"reply_to": msg_id, "ok": True, **result}
+
+
+def _invalid(message: str) -> OrbitError:
+    return OrbitError("INVALID_ARGUMENT", message)
 
 
 def _int(frame: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int:
     value = frame.get(name, default)
     if value is None:
-        raise FrameError("INVALID_ARGUMENT", f"{name}: is required")
+        raise _invalid(f"{name}: is required")
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise FrameError("INVALID_ARGUMENT", f"{name}: must be an integer between {lo} and {hi}")
+        raise _invalid(f"{name}: must be an integer between {lo} and {hi}")
     return value
 
 
 def _id_field(frame: dict[str, Any], name: str) -> str:
     value = frame.get(name)
     if not isinstance(value, str):
-        raise FrameError("INVALID_ARGUMENT", f"{name}: is required")
+        raise _invalid(f"{name}: is required")
     if not is_id(value):
-        raise FrameError("NOT_FOUND", f"{name}: no such {name.removesuffix('_id')}")
+        raise OrbitError("NOT_FOUND", f"{name}: no such {name.removesuffix('_id')}")
     return value
 
 
@@ -133,9 +141,9 @@ class WorkerSession:
             self._closed = True
             return True
 
-    def _answer(self, msg_id: str, reply: dict[str, Any]) -> None:
+    def _answer(self, msg_id: str, result: dispatch.Result) -> None:
         """Reply from a callback: written at once, or by a task when the socket must drain first."""
-        message = {"reply_to": msg_id, **reply}
+        message = reply_frame(msg_id, result)
         if self._closed or self._write_now(orjson.dumps(message).decode()):
             return
         task = asyncio.get_running_loop().create_task(self.send(message))
@@ -174,12 +182,17 @@ class WorkerSession:
                 if not isinstance(msg_id, str) or not IDEMPOTENCY_KEY_RE.match(msg_id):
                     await self.close(1008, "every frame needs an id of 1-128 visible ASCII characters")
                     break
-                await self._in_flight.acquire()
                 kind = frame.get("type")
+                try:
+                    self._check(frame, kind)
+                except OrbitError as exc:
+                    self._answer(msg_id, exc)
+                    continue
+                await self._in_flight.acquire()
                 if kind in self._grouped:
                     self._command(frame, msg_id, kind)
                     continue
-                task = loop.create_task(self._handle(frame, msg_id))
+                task = loop.create_task(self._handle(frame, msg_id, kind))
                 self._tasks.add(task)
                 task.add_done_callback(self._done)
         finally:
@@ -192,19 +205,24 @@ class WorkerSession:
         self._tasks.discard(task)
         self._in_flight.release()
 
+    def _check(self, frame: dict[str, Any], kind: Any) -> None:
+        """Every frame's own checks: a known type, only its fields, and hello first."""
+        if not isinstance(kind, str) or kind not in _KEYS:
+            raise _invalid(f"type: unknown frame type {kind!r}")
+        if not frame.keys() <= _KEYS[kind]:
+            unknown = sorted(set(frame) - _KEYS[kind])
+            raise _invalid(f"{unknown[0]}: is not a known field")
+        if self.identity is None and kind != "hello" and kind != "ping":
+            raise OrbitError("STATE_CONFLICT", "send hello first")
+
     def _command(self, frame: dict[str, Any], msg_id: str, kind: str) -> None:
-        """Check and queue a grouped command; its reply is written when its transaction ends."""
+        """Queue a grouped command; its reply is written when its transaction ends."""
         started = time.perf_counter()
         try:
-            if not frame.keys() <= _KEYS[kind]:
-                unknown = sorted(set(frame) - _KEYS[kind])
-                raise FrameError("INVALID_ARGUMENT", f"{unknown[0]}: is not a known field")
-            if self.identity is None:
-                raise FrameError("STATE_CONFLICT", "send hello first")
             fut, lease_id = self._grouped[kind](frame, msg_id)
-        except FrameError as exc:
+        except OrbitError as exc:
             self._in_flight.release()
-            self._answer(msg_id, dispatch.fail(exc.code, exc.message))
+            self._answer(msg_id, exc)
             return
         except Exception:
             self._in_flight.release()
@@ -219,84 +237,74 @@ class WorkerSession:
             return  # the node is stopping
         exc = fut.exception()
         if exc is None:
-            reply = fut.result()
+            result = fut.result()
             if kind == "complete" or kind == "release":
-                self._freed(lease_id, reply)
+                self._freed(lease_id, result)
         else:
             if type(exc).__name__ != "DatabaseUnavailable":
                 log.error("frame_failed", session_id=self.session_id, type=kind, exc_info=exc)
-            reply = _unavailable()
-        self._answer(msg_id, reply)
+            result = _unavailable()
+        self._answer(msg_id, result)
         if self._log_frames:
-            log.debug("frame", session_id=self.session_id, type=kind, ok=reply.get("ok"),
+            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, OrbitError),
                       latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
-    async def _handle(self, frame: dict[str, Any], msg_id: str) -> None:
+    async def _handle(self, frame: dict[str, Any], msg_id: str, kind: str) -> None:
         started = time.perf_counter()
-        kind = frame.get("type")
         try:
-            handler = self._handlers.get(kind) if isinstance(kind, str) else None
-            if handler is None:
-                raise FrameError("INVALID_ARGUMENT", f"type: unknown frame type {kind!r}")
-            if not frame.keys() <= _KEYS[kind]:
-                unknown = sorted(set(frame) - _KEYS[kind])
-                raise FrameError("INVALID_ARGUMENT", f"{unknown[0]}: is not a known field")
-            if self.identity is None and kind != "hello" and kind != "ping":
-                raise FrameError("STATE_CONFLICT", "send hello first")
-            reply = await handler(frame, msg_id)
-        except FrameError as exc:
-            reply = dispatch.fail(exc.code, exc.message)
+            result = await self._handlers[kind](frame, msg_id)
+        except OrbitError as exc:
+            result = exc
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            unavailable = type(exc).__name__ == "DatabaseUnavailable"
-            if not unavailable:
+            if type(exc).__name__ != "DatabaseUnavailable":
                 log.exception("frame_failed", session_id=self.session_id, type=kind)
-            reply = _unavailable()
-        await self.send({"reply_to": msg_id, **reply})
+            result = _unavailable()
+        await self.send(reply_frame(msg_id, result))
         if self._log_frames:
-            log.debug("frame", session_id=self.session_id, type=kind, ok=reply.get("ok"),
+            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, OrbitError),
                       latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
     # ------------------------------------------------------------ commands
 
     async def _on_ping(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
-        return dispatch.ok(type="pong")
+        return {"type": "pong"}
 
     async def _on_hello(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
         if self.identity is not None:
-            raise FrameError("STATE_CONFLICT", "hello was already sent on this session")
+            raise OrbitError("STATE_CONFLICT", "hello was already sent on this session")
         node_id = frame.get("node_id")
         if not isinstance(node_id, str) or not 1 <= len(node_id) <= 128 or not node_id.isprintable():
-            raise FrameError("INVALID_ARGUMENT", "node_id: must be 1-128 printable characters")
+            raise _invalid("node_id: must be 1-128 printable characters")
         queues = frame.get("queues", [])
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues) or len(queues) > 1000:
-            raise FrameError("INVALID_ARGUMENT", "queues: must be a list of queue ids")
+            raise _invalid("queues: must be a list of queue ids")
         sdk = frame.get("sdk", "")
         if not isinstance(sdk, str) or len(sdk) > 256:
-            raise FrameError("INVALID_ARGUMENT", "sdk: must be a string of at most 256 characters")
+            raise _invalid("sdk: must be a string of at most 256 characters")
         for q in queues:
             if not is_id(q) or not self.principal.can_see_queue(q):
-                raise FrameError("NOT_FOUND", f"queues: queue {q!r} not found")
-        missing = await dispatch.missing_queues(self.hub.db, self.principal.namespace_id, queues)
+                raise OrbitError("NOT_FOUND", f"queues: queue {q!r} not found")
+        missing = await workers.missing_queues(self.hub.db, self.principal.namespace_id, queues)
         if missing:
-            raise FrameError("NOT_FOUND", f"queues: queue {missing[0]!r} not found")
+            raise OrbitError("NOT_FOUND", f"queues: queue {missing[0]!r} not found")
         self.queues = set(queues)
         self.identity = dispatch.WorkerIdentity(self.principal, self.session_id, node_id[:64], self.hub.instance_id)
         self.hub.register(self)
         if self.hub.draining:
             await self.push({"type": "drain", "deadline_ms": self.hub.drain_deadline_ms})
-        return dispatch.ok(
-            session_id=self.session_id,
-            default_lease_ms=dispatch.DEFAULT_LEASE_MS,
-            max_lease_ms=dispatch.MAX_LEASE_MS,
-            heartbeat_ms=dispatch.HEARTBEAT_MS,
-        )
+        return {
+            "session_id": self.session_id,
+            "default_lease_ms": dispatch.DEFAULT_LEASE_MS,
+            "max_lease_ms": dispatch.MAX_LEASE_MS,
+            "heartbeat_ms": dispatch.HEARTBEAT_MS,
+        }
 
-    async def _on_claim(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
+    async def _on_claim(self, frame: dict[str, Any], msg_id: str) -> dispatch.Result:
         queue_id = _id_field(frame, "queue_id")
         if not self.principal.can_see_queue(queue_id):
-            raise FrameError("NOT_FOUND", "queue not found")
+            raise OrbitError("NOT_FOUND", "queue not found")
         max_tasks = _int(frame, "max_tasks", 1, 100, 1)
         lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
         wait_ms = _int(frame, "wait_ms", 0, 30_000, 0)
@@ -306,11 +314,13 @@ class WorkerSession:
             self.hub.notifier.watch(queue_id)
         while True:
             if self.hub.draining or self._closed:
-                return dispatch.ok(tasks=[])
+                return {"tasks": []}
             reply = await self.hub.claims.submit(
                 self._claim_group, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
-            if not reply["ok"] or reply["tasks"]:
-                self._remember(reply)
+            if isinstance(reply, OrbitError):
+                return reply
+            if reply["tasks"]:
+                self._remember(reply["tasks"])
                 return reply
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -337,22 +347,22 @@ class WorkerSession:
         lease_id = _id_field(frame, "lease_id")
         outcome = frame.get("outcome")
         if outcome not in ("succeeded", "failed", "cancelled"):
-            raise FrameError("INVALID_ARGUMENT", "outcome: must be succeeded, failed or cancelled")
+            raise _invalid("outcome: must be succeeded, failed or cancelled")
         result = frame.get("result")
         error_message, retryable = None, True
         if outcome == "failed":
             err = frame.get("error", {})
             if not isinstance(err, dict) or set(err) - {"message", "retryable"}:
-                raise FrameError("INVALID_ARGUMENT", "error: must be {message, retryable}")
+                raise _invalid("error: must be {message, retryable}")
             error_message = err.get("message", "handler failed")
             retryable = err.get("retryable", True)
             if not isinstance(error_message, str) or not isinstance(retryable, bool):
-                raise FrameError("INVALID_ARGUMENT", "error: message must be a string and retryable a boolean")
+                raise _invalid("error: message must be a string and retryable a boolean")
             error_message = error_message[:4096]
         elif "error" in frame:
-            raise FrameError("INVALID_ARGUMENT", "error: only allowed with outcome failed")
+            raise _invalid("error: only allowed with outcome failed")
         if outcome != "succeeded" and "result" in frame:
-            raise FrameError("INVALID_ARGUMENT", "result: only allowed with outcome succeeded")
+            raise _invalid("result: only allowed with outcome succeeded")
         return self.hub.completes.enqueue(dispatch.CompleteCommand(
             self.principal.credential_id, msg_id, lease_id, outcome, result, error_message, retryable,
             self._granted.get(lease_id),
@@ -365,15 +375,15 @@ class WorkerSession:
                                      located=self._granted.get(lease_id))
         ), lease_id
 
-    def _remember(self, reply: dict[str, Any]) -> None:
-        for t in reply.get("tasks", ()):
+    def _remember(self, granted: list[dict[str, Any]]) -> None:
+        for t in granted:
             self._granted[t["lease_id"]] = (t["task_id"], t["queue_id"])
         while len(self._granted) > MAX_REMEMBERED_LEASES:
             del self._granted[next(iter(self._granted))]
 
-    def _freed(self, lease_id: str, reply: dict[str, Any]) -> None:
+    def _freed(self, lease_id: str, result: dispatch.Result) -> None:
         """A permit may have been freed: wake long polls of this session's queues on this node."""
-        if reply.get("ok"):
+        if not isinstance(result, OrbitError):
             self._granted.pop(lease_id, None)
         for q in self.queues:
             self.hub.notifier.notify(q, 1)

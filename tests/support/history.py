@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from .rate_window import WINDOW
+from orbit.server.core.rate_window import WINDOW
 
 
 def rate_windows(starts: Iterable[datetime]) -> list[int]:

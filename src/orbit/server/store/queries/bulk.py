@@ -1,4 +1,4 @@
-"""Set-based row changes in raw SQL: one statement per shape instead of one per row.
+"""Set-based row changes: one statement per shape instead of one per row.
 
 Group commits change many rows with mostly equal values; columns whose values
 differ between rows become `CASE id WHEN … THEN … END`. The result is the same
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .db import Tx, placeholders
+from ..tx import Stmt, Tx, placeholders
 
 _MAX_ROWS_PER_STATEMENT = 500
 
@@ -37,4 +37,5 @@ async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> No
                     for k in chunk:
                         params.extend((k, rows[k][col]))
             params.extend(chunk)
-            await tx.defer(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})", params)
+            await tx.defer(Stmt(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})",
+                                params))

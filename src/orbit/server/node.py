@@ -1,0 +1,57 @@
+"""What one server process shares between its requests and worker sessions.
+
+A typed registry instead of attributes scattered on the ASGI app's state: the app
+puts one `Node` there (`app.state.node`), and routes and sessions take what they
+need from it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .batching import KeyedBatcher
+from .config import Settings
+from .services import tasks as task_service
+from .services.auth import TokenCache
+from .store import migrate
+from .store.db import Database
+from .wakeups import Wakeups
+from .ws.hub import WorkerHub
+
+SCHEMA_CHECK_SECONDS = 5.0
+
+
+@dataclass
+class Node:
+    settings: Settings
+    db: Database
+    wakeups: Wakeups
+    hub: WorkerHub
+    tokens: TokenCache = field(default_factory=TokenCache)
+    submits: KeyedBatcher = field(init=False)
+    draining: bool = False
+    schema_head: str = field(default_factory=migrate.head_revision)
+    _schema_checked_at: float = 0.0
+    _schema_ok: bool = False
+
+    def __post_init__(self) -> None:
+        db = self.db
+        # Single submits of one queue that arrive together share a transaction.
+        self.submits = KeyedBatcher("submit", lambda group: task_service.submit_group(db, group), max_batch=100)
+
+    @classmethod
+    def create(cls, settings: Settings, db: Database) -> Node:
+        wakeups = Wakeups()
+        return cls(settings, db, wakeups, WorkerHub(db, settings.node_id, wakeups))
+
+    async def schema_is_current(self) -> bool:
+        """Checked at most every few seconds: readiness probes must stay cheap."""
+        if self._schema_ok and time.monotonic() - self._schema_checked_at < SCHEMA_CHECK_SECONDS:
+            return True
+        try:
+            ok = await migrate.current_revision_on(self.db) == self.schema_head
+        except Exception:
+            ok = False
+        self._schema_checked_at, self._schema_ok = time.monotonic(), ok
+        return ok

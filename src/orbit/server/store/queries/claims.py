@@ -1,0 +1,14 @@
+"""Claim receipts (`worker_claims`): what a claim granted, kept per (credential, message id)
+so that a resent claim is answered with the original leases."""
+
+from __future__ import annotations
+
+from ..tx import Stmt
+
+INSERT = Stmt("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)")
+
+
+def receipts(keys: list[tuple[str, str]]) -> Stmt:
+    """The receipts of these (credential id, message id) pairs."""
+    return Stmt("SELECT credential_id, msg_id, response FROM worker_claims WHERE "
+                + " OR ".join("(credential_id = ? AND msg_id = ?)" for _ in keys), [v for k in keys for v in k])

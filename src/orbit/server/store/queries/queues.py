@@ -1,0 +1,87 @@
+"""Queues: configuration rows (their live counters are in `queue_usage`, see usage.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..tx import Stmt, placeholders
+
+COLUMNS = ("id", "namespace_id", "name", "paused", "max_concurrency", "rate_per_second", "max_unfinished_tasks",
+           "revision", "retired_at", "created_at", "updated_at")
+_COLS = ", ".join(COLUMNS)
+_Q_COLS = ", ".join(f"q.{c}" for c in COLUMNS)
+
+
+def insert(row: dict[str, Any]) -> Stmt:
+    return Stmt(f"INSERT INTO queues ({_COLS}) VALUES ({placeholders(len(COLUMNS))})", [row[c] for c in COLUMNS])
+
+
+def name_taken(namespace_id: str, name: str) -> Stmt:
+    return Stmt("SELECT id FROM queues WHERE namespace_id = ? AND name = ?", (namespace_id, name))
+
+
+def by_name(namespace_id: str, name: str) -> Stmt:
+    return Stmt(f"SELECT {_COLS} FROM queues WHERE namespace_id = ? AND name = ?", (namespace_id, name))
+
+
+def lock_for_update(namespace_id: str, queue_id: str) -> Stmt:
+    return Stmt(f"SELECT {_COLS} FROM queues WHERE id = ? AND namespace_id = ?{{FOR_UPDATE}}",
+                (queue_id, namespace_id))
+
+
+def with_usage(namespace_id: str, queue_id: str) -> Stmt:
+    """The queue and its unfinished count."""
+    return Stmt(f"SELECT {_Q_COLS}, qu.unfinished FROM queues q JOIN queue_usage qu ON qu.queue_id = q.id "
+                "WHERE q.id = ? AND q.namespace_id = ?", (queue_id, namespace_id))
+
+
+def page(namespace_id: str, *, name: str | None, include_retired: bool, after_id: str | None, limit: int) -> Stmt:
+    """Up to `limit` queues of the namespace with their unfinished counts, in id (creation) order."""
+    where = ["q.namespace_id = ?"]
+    params: list[Any] = [namespace_id]
+    if name is not None:
+        where.append("q.name = ?")
+        params.append(name)
+    if not include_retired:
+        where.append("q.retired_at IS NULL")
+    if after_id is not None:
+        where.append("q.id > ?")
+        params.append(after_id)
+    params.append(limit)
+    return Stmt(f"SELECT {_Q_COLS}, qu.unfinished FROM queues q JOIN queue_usage qu ON qu.queue_id = q.id "
+                f"WHERE {' AND '.join(where)} ORDER BY q.id LIMIT ?", params)
+
+
+def ids_in_namespace(namespace_id: str, queue_ids: list[str]) -> Stmt:
+    """Which of these queue ids are queues of the namespace."""
+    return Stmt(f"SELECT id FROM queues WHERE namespace_id = ? AND id IN ({placeholders(len(queue_ids))})",
+                [namespace_id, *queue_ids])
+
+
+def configure(queue_id: str, *, paused: bool, max_concurrency: int, rate_per_second: int,
+              max_unfinished_tasks: int, revision: int, updated_at: Any) -> Stmt:
+    return Stmt("UPDATE queues SET paused = ?, max_concurrency = ?, rate_per_second = ?, max_unfinished_tasks = ?, "
+                "revision = ?, updated_at = ? WHERE id = ?",
+                (paused, max_concurrency, rate_per_second, max_unfinished_tasks, revision, updated_at, queue_id))
+
+
+def retire(queue_id: str, *, retired_at: Any, revision: int) -> Stmt:
+    return Stmt("UPDATE queues SET retired_at = ?, updated_at = ?, revision = ? WHERE id = ?",
+                (retired_at, retired_at, revision, queue_id))
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def controls(queue_ids: list[str]) -> Stmt:
+    """The controls a claim or a Start checks (unlocked: a configure that commits meanwhile is
+    caught when the plan is re-checked under the usage row's lock)."""
+    return Stmt("SELECT id, namespace_id, paused, retired_at, max_concurrency, rate_per_second FROM queues "
+                f"WHERE id IN ({placeholders(len(queue_ids))})", queue_ids)
+
+
+def share_for_admission(namespace_id: str, queue_id: str) -> Stmt:
+    """The queue row share-locked for a submit (configure and retire, which lock it exclusively,
+    wait for the submit), with the clock."""
+    return Stmt("SELECT id, retired_at, max_unfinished_tasks, {NOW} AS db_now FROM queues "
+                "WHERE id = ? AND namespace_id = ?{SHARE}", (queue_id, namespace_id))

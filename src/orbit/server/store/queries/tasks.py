@@ -1,0 +1,142 @@
+"""Tasks: the rows producers submit, read, cancel and review, and the deadline sweep's work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..tx import Stmt, Tx, placeholders
+
+# Insert order; `payload` is read only where a task object carries it.
+COLUMNS = ("id", "namespace_id", "application_id", "queue_id", "schedule_id", "trigger_at", "state", "payload",
+           "priority", "resource_keys", "max_attempts", "attempts", "retry_policy", "on_lease_lost", "available_at",
+           "start_deadline_at", "deadline_at", "cancel_requested", "cancel_reason", "sweep_at", "result", "error",
+           "created_at", "updated_at", "finished_at")
+_ALL = ", ".join(COLUMNS)
+_WITHOUT_PAYLOAD = ", ".join(c for c in COLUMNS if c != "payload")
+_INSERT = Stmt(f"INSERT INTO tasks ({_ALL}) VALUES ({placeholders(len(COLUMNS))})")
+
+
+async def insert(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
+    """New task rows (dicts with every column), with the transaction's next round trip."""
+    await tx.defer_rows(_INSERT, [[r[c] for c in COLUMNS] for r in rows])
+
+
+def by_id(namespace_id: str, task_id: str, *, payload: bool = False, lock: bool = False) -> Stmt:
+    """The task of the namespace; `lock` takes its row (before any lease row: the global lock order)."""
+    return Stmt(f"SELECT {_ALL if payload else _WITHOUT_PAYLOAD} FROM tasks WHERE id = ? AND namespace_id = ?"
+                f"{'{FOR_UPDATE}' if lock else ''}", (task_id, namespace_id))
+
+
+def for_replay(task_ids: list[str], *, full: bool) -> Stmt:
+    """What replaying stored snapshots needs: the payloads, or (`full`) whole rows."""
+    return Stmt(f"SELECT {_ALL if full else 'id, payload'} FROM tasks WHERE id IN ({placeholders(len(task_ids))})",
+                task_ids)
+
+
+def page(queue_id: str, *, states: Sequence[str], schedule_id: str | None, created_after: datetime | None,
+         created_before: datetime | None, before_id: str | None, limit: int) -> Stmt:
+    """Up to `limit` tasks of the queue, newest (highest id) first."""
+    where = ["queue_id = ?"]
+    params: list[Any] = [queue_id]
+    if states:
+        where.append(f"state IN ({placeholders(len(states))})")
+        params.extend(states)
+    if schedule_id is not None:
+        where.append("schedule_id = ?")
+        params.append(schedule_id)
+    if created_after is not None:
+        where.append("created_at > ?")
+        params.append(created_after)
+    if created_before is not None:
+        where.append("created_at < ?")
+        params.append(created_before)
+    if before_id is not None:
+        where.append("id < ?")
+        params.append(before_id)
+    params.append(limit)
+    return Stmt(f"SELECT {_ALL} FROM tasks WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?", params)
+
+
+def update(task_id: str, changes: dict[str, Any]) -> Stmt:
+    """Set these columns of the task (a management write's decided change)."""
+    unknown = set(changes) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"not task columns: {sorted(unknown)}")
+    return Stmt(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in changes)} WHERE id = ?",
+                [*changes.values(), task_id])
+
+
+# ---------------------------------------------------------------- deadline sweep
+
+_SWEEP_COLS = "id, namespace_id, queue_id, application_id, state, attempts, deadline_at, start_deadline_at, " \
+              "cancel_requested"
+
+
+def any_due() -> Stmt:
+    return Stmt("SELECT 1 AS due FROM tasks WHERE sweep_at <= {NOW} LIMIT 1")
+
+
+def due(now: datetime, limit: int) -> Stmt:
+    """Tasks whose `sweep_at` has come, locked; rows another node holds are skipped (it sweeps them)."""
+    return Stmt(f"SELECT {_SWEEP_COLS} FROM tasks WHERE sweep_at <= ? ORDER BY sweep_at LIMIT ?{{SKIP_LOCKED}}",
+                (now, limit))
+
+
+def fail_swept(task_id: str, error: str, now: datetime) -> Stmt:
+    return Stmt("UPDATE tasks SET state = 'FAILED', error = ?, updated_at = ?, finished_at = ?, sweep_at = NULL "
+                "WHERE id = ?", (error, now, now, task_id))
+
+
+def request_cancel_swept(task_id: str, reason: str, now: datetime) -> Stmt:
+    return Stmt("UPDATE tasks SET cancel_requested = ?, cancel_reason = ?, updated_at = ?, sweep_at = NULL "
+                "WHERE id = ?", (True, reason, now, task_id))
+
+
+def move_sweep(task_id: str, sweep_at: datetime | None) -> Stmt:
+    return Stmt("UPDATE tasks SET sweep_at = ? WHERE id = ?", (sweep_at, task_id))
+
+
+# ---------------------------------------------------------------- dispatch
+
+_DISPATCH_COLS = ("id, namespace_id, application_id, queue_id, state, priority, attempts, max_attempts, "
+                  "retry_policy, on_lease_lost, start_deadline_at, deadline_at, cancel_requested, cancel_reason, "
+                  "resource_keys")
+
+
+def claimable(queue_id: str, limit: int, *, now: datetime | None = None, skip_locked: bool = False) -> Stmt:
+    """Due waiting tasks of a queue in dispatch order (priority, then due time, then age); `now`
+    defaults to the database clock. With `skip_locked`, rows another claim holds are passed over."""
+    due_by = "?" if now is not None else "{NOW}"
+    lock = "{SKIP_LOCKED}" if skip_locked else ""
+    params = (queue_id, now, limit) if now is not None else (queue_id, limit)
+    return Stmt("SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
+                f"start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' "
+                f"AND available_at <= {due_by} ORDER BY priority DESC, available_at, id LIMIT ?{lock}", params)
+
+
+def mark_leased(task_ids: list[str], now: datetime, *, only_waiting: bool = False) -> Stmt:
+    guard = " AND state = 'WAITING'" if only_waiting else ""
+    return Stmt(f"UPDATE tasks SET state = 'LEASED', updated_at = ? WHERE id IN ({placeholders(len(task_ids))}){guard}",
+                (now, *task_ids))
+
+
+def leased_among(task_ids: list[str]) -> Stmt:
+    return Stmt(f"SELECT id FROM tasks WHERE id IN ({placeholders(len(task_ids))}) AND state = 'LEASED'", task_ids)
+
+
+def lock_for_dispatch(task_ids: list[str]) -> Stmt:
+    """The task rows a grouped Start/complete decides on, locked in id order (the global lock order)."""
+    return Stmt(f"SELECT {_DISPATCH_COLS} FROM tasks WHERE id IN ({placeholders(len(task_ids))}) "
+                "ORDER BY id{FOR_UPDATE}", task_ids)
+
+
+def cancel_requested(task_ids: list[str]) -> Stmt:
+    return Stmt(f"SELECT id, cancel_requested FROM tasks WHERE id IN ({placeholders(len(task_ids))})", task_ids)
+
+
+def lock_skipping_locked(task_ids: list[str]) -> Stmt:
+    """Whole task rows, locked in id order; rows another transaction holds are left to it."""
+    return Stmt(f"SELECT * FROM tasks WHERE id IN ({placeholders(len(task_ids))}) ORDER BY id{{SKIP_LOCKED}}",
+                task_ids)

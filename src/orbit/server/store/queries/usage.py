@@ -1,0 +1,200 @@
+"""The usage rows (`queue_usage`, `application_usage`): live counters kept out of the configuration
+rows, so that counter writes never touch `revision` or `updated_at`.
+
+Rows are written sorted, queues before applications, so that any two transactions touching the
+same usage rows take their locks in the same order. Two rules of `core/limits.py` are also written
+here as guarded SQL, which decides under the row lock the UPDATE itself takes (MySQL, strict mode):
+a refusal sets a NOT NULL column to NULL, which fails the statement before the COMMIT runs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..dialect import PlanNoLongerHolds
+from ..tx import Stmt, Tx, placeholders
+
+_QUEUE_USAGE_COLS = "queue_id, unfinished, permits_in_use, rate_window_start, rate_window_used, rate_reserved, " \
+                    "permits_freed_at"
+
+
+def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False) -> Stmt:
+    """The queues' usage rows in queue order; `clock` adds `db_now`, `lock` locks them."""
+    now = ", {NOW} AS db_now" if clock else ""
+    return Stmt(f"SELECT {_QUEUE_USAGE_COLS}{now} FROM queue_usage WHERE queue_id IN ({placeholders(len(queue_ids))}) "
+                f"ORDER BY queue_id{'{FOR_UPDATE}' if lock else ''}", queue_ids)
+
+
+def queue_unfinished(queue_id: str, *, lock: bool = False) -> Stmt:
+    return Stmt(f"SELECT unfinished FROM queue_usage WHERE queue_id = ?{'{FOR_UPDATE}' if lock else ''}", (queue_id,))
+
+
+def application_unfinished(application_id: str, *, lock: bool = False) -> Stmt:
+    return Stmt("SELECT au.unfinished, a.max_unfinished_tasks FROM application_usage au "
+                f"JOIN applications a ON a.id = au.application_id WHERE au.application_id = ?"
+                f"{'{FOR_UPDATE}' if lock else ''}", (application_id,))
+
+
+def backlog(queue_id: str, application_id: str) -> Stmt:
+    """Unlocked: the queue's and the application's unfinished counts and limits."""
+    return Stmt("SELECT qu.unfinished AS queue_unfinished, q.max_unfinished_tasks AS queue_limit, "
+                "au.unfinished AS app_unfinished, a.max_unfinished_tasks AS app_limit "
+                "FROM queue_usage qu, queues q, application_usage au, applications a "
+                "WHERE qu.queue_id = ? AND q.id = ? AND au.application_id = ? AND a.id = ?",
+                (queue_id, queue_id, application_id, application_id))
+
+
+def insert_queue_row(queue_id: str) -> Stmt:
+    return Stmt("INSERT INTO queue_usage (queue_id, unfinished, permits_in_use, rate_window_start, "
+                "rate_window_used, rate_reserved) VALUES (?, 0, 0, NULL, 0, 0)", (queue_id,))
+
+
+def insert_application_row(application_id: str) -> Stmt:
+    return Stmt("INSERT INTO application_usage (application_id, unfinished, permits_in_use, rate_window_start, "
+                "rate_window_used, rate_reserved) VALUES (?, 0, 0, NULL, 0, 0)", (application_id,))
+
+
+@dataclass
+class Delta:
+    unfinished: int = 0
+    permits: int = 0
+    reserved: int = 0
+
+    def add(self, other: Delta) -> None:
+        self.unfinished += other.unfinished
+        self.permits += other.permits
+        self.reserved += other.reserved
+
+
+class UsageChanges:
+    """Counter changes of one transaction, written to the usage rows together, last."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, Delta] = defaultdict(Delta)
+        self.apps: dict[str, Delta] = defaultdict(Delta)
+        self.windows: dict[str, tuple[datetime | None, int]] = {}
+        self.starts: dict[str, tuple[int, int, datetime]] = {}
+
+    def add(self, queue_id: str, application_id: str, *, unfinished: int = 0, permits: int = 0,
+            reserved: int = 0) -> None:
+        for d in (self.queues[queue_id], self.apps[application_id]):
+            d.unfinished += unfinished
+            d.permits += permits
+            d.reserved += reserved
+
+    def merge(self, other: UsageChanges) -> None:
+        for qid, d in other.queues.items():
+            self.queues[qid].add(d)
+        for aid, d in other.apps.items():
+            self.apps[aid].add(d)
+        self.windows.update(other.windows)
+
+    def set_window(self, queue_id: str, start: datetime | None, used: int) -> None:
+        """The queue's rate window after this transaction (its reservations change through `add`)."""
+        self.windows[queue_id] = (start, used)
+
+    def count_starts_in_sql(self, tx: Tx, queue_id: str, n: int, rate: int, now: datetime) -> bool:
+        """Count `n` Starts at `now` on the queue's window *in the UPDATE itself*, instead of
+        writing a window computed from a read: the window as the row holds it when the UPDATE
+        locks it gets them exactly as `core.limits.count_starts` would, or the statement fails
+        and the transaction raises `PlanNoLongerHolds`. False where the backend cannot (the
+        caller then counts them on the window read under the lock)."""
+        if not tx.deferring:
+            return False
+        tx.guard_refusal_means(PlanNoLongerHolds)
+        self.windows.pop(queue_id, None)
+        self.starts[queue_id] = (n, rate, now)
+        return True
+
+    async def apply(self, tx: Tx) -> None:
+        for qid in sorted(set(self.queues) | set(self.windows) | set(self.starts)):
+            d = self.queues.get(qid, Delta())
+            sets, params = _delta_sets(d)
+            if d.permits < 0:
+                # A claim that planned before locking this row re-times its leases after this.
+                now = await tx.now()
+                sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
+                            "THEN ? ELSE permits_freed_at END")
+                params += [now, now]
+            w = self.windows.get(qid)
+            if w is not None:
+                sets += ["rate_window_start = ?", "rate_window_used = ?"]
+                params += [w[0], w[1]]
+            counted = self.starts.get(qid)
+            if counted is not None:
+                n, rate, now = counted
+                sets += [COUNT_STARTS_USED, COUNT_STARTS_START]  # in this order: the first reads the old start
+                params += [now, now, n, rate, n, n, rate, n, now, now]
+            if sets:
+                await tx.defer(Stmt(f"UPDATE queue_usage SET {', '.join(sets)} WHERE queue_id = ?", [*params, qid]))
+        for aid in sorted(self.apps):
+            sets, params = _delta_sets(self.apps[aid])
+            if sets:
+                await tx.defer(Stmt(f"UPDATE application_usage SET {', '.join(sets)} WHERE application_id = ?",
+                                    [*params, aid]))
+
+
+# `core.limits.count_starts` in SQL. The window is open at `now` when it started at most a second
+# before; one opened by a transaction with a later clock cannot take these Starts (NULL); a window
+# that ended gives way to one at `now`.
+COUNT_STARTS_USED = (
+    "rate_window_used = CASE WHEN rate_window_start > ? THEN NULL "
+    "WHEN rate_window_start + INTERVAL 1 SECOND > ? THEN "
+    "CASE WHEN rate_window_used + ? <= ? THEN rate_window_used + ? END "
+    "WHEN ? <= ? THEN ? END")
+COUNT_STARTS_START = ("rate_window_start = CASE WHEN rate_window_start + INTERVAL 1 SECOND > ? "
+                      "THEN rate_window_start ELSE ? END")
+
+
+def _delta_sets(d: Delta) -> tuple[list[str], list[int]]:
+    sets: list[str] = []
+    params: list[int] = []
+    for col, value in (("unfinished", d.unfinished), ("permits_in_use", d.permits), ("rate_reserved", d.reserved)):
+        if value:
+            sets.append(f"{col} = {col} + ?")
+            params.append(value)
+    return sets, params
+
+
+# `core.limits.backlog_fits` in SQL, for the queue's and the application's usage rows.
+_TAKE_QUEUE_SLOTS = ("UPDATE queue_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks "
+                     "FROM queues WHERE id = ?) THEN unfinished + ? ELSE NULL END WHERE queue_id = ?")
+_TAKE_APP_SLOTS = ("UPDATE application_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT "
+                   "max_unfinished_tasks FROM applications WHERE id = ?) THEN unfinished + ? ELSE NULL END "
+                   "WHERE application_id = ?")
+_TAKE_QUEUE_SLOTS_IF = ("UPDATE queue_usage SET unfinished = unfinished + ? WHERE queue_id = ? "
+                        "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM queues WHERE id = ?)")
+_TAKE_APP_SLOTS_IF = ("UPDATE application_usage SET unfinished = unfinished + ? WHERE application_id = ? "
+                      "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM applications WHERE id = ?)")
+
+
+async def take_backlog_slots(tx: Tx, queue_id: str, application_id: str, n: int) -> str | None:
+    """Take `n` unfinished-task slots in the queue and its application if both have room.
+
+    Returns None when taken, else the limit that refused (`QUEUE_FULL`, `APPLICATION_FULL`;
+    the rollback returns whatever was taken). On MySQL the guarded UPDATEs travel with the
+    COMMIT, so the hot usage rows are locked for no round trip at all; a refusal then
+    surfaces there as `PlanNoLongerHolds` and the caller decides again under the lock.
+    """
+    if tx.deferring:
+        tx.guard_refusal_means(PlanNoLongerHolds)
+        await tx.defer(Stmt(_TAKE_QUEUE_SLOTS, (n, queue_id, n, queue_id)))
+        await tx.defer(Stmt(_TAKE_APP_SLOTS, (n, application_id, n, application_id)))
+        return None
+    taken, app_taken = await tx.counts([Stmt(_TAKE_QUEUE_SLOTS_IF, (n, queue_id, n, queue_id)),
+                                        Stmt(_TAKE_APP_SLOTS_IF, (n, application_id, n, application_id))])
+    if taken == 1 and app_taken == 1:
+        return None
+    return "QUEUE_FULL" if taken != 1 else "APPLICATION_FULL"
+
+
+def application_usage_unfinished(application_id: str, *, lock: bool = False) -> Stmt:
+    """The application's unfinished count alone: locking it must not lock the `applications` row."""
+    return Stmt(f"SELECT unfinished FROM application_usage WHERE application_id = ?{'{FOR_UPDATE}' if lock else ''}",
+                (application_id,))
+
+
+def application_limit(application_id: str) -> Stmt:
+    return Stmt("SELECT max_unfinished_tasks FROM applications WHERE id = ?", (application_id,))

@@ -1,0 +1,302 @@
+"""One open transaction: named statements in, rows out, the database clock read once.
+
+Statements come from the query modules as `Stmt`s written once for both backends:
+`?` placeholders plus a few dialect tokens that are resolved here —
+
+- `{FOR_UPDATE}`, `{SKIP_LOCKED}`, `{SHARE}`: row locks (SQLite's single writer needs none);
+- `{NOW}`: the database clock (MySQL `NOW(6)`; SQLite: the transaction's clock).
+
+A statement whose text must differ between the backends carries its SQLite text in `sqlite`.
+
+On MySQL a transaction runs on a driver connection opened with multi-statements:
+writes whose row count nobody needs wait (`defer`) and travel with the next statement
+or the COMMIT, so a transaction costs a few round trips however many tables it writes.
+SQLAlchemy Core is ~3-5x the driver's CPU per statement (bench/driver_overhead.py),
+so statements go straight to the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from sqlalchemy import DateTime
+
+from .dialect import BAD_NULL, DUPLICATE_KEY, MYSQL, mysql_error_code
+from .literals import Literals
+from .tables import metadata
+
+
+class Stmt(NamedTuple):
+    """A named query's statement: text with `?` placeholders and tokens, its parameters, and
+    the SQLite text where it must differ."""
+
+    sql: str
+    params: Sequence[Any] = ()
+    sqlite: str | None = None
+
+
+# Columns read back as datetimes; SQLite stores them as text in this format (text order = time order).
+TIMESTAMPS = frozenset(
+    {c.name for t in metadata.tables.values() for c in t.c if isinstance(c.type, DateTime)} | {"db_now"}
+)
+_SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"
+_MYSQL_TOKENS = {"{FOR_UPDATE}": " FOR UPDATE", "{SKIP_LOCKED}": " FOR UPDATE SKIP LOCKED",
+                 "{SHARE}": " LOCK IN SHARE MODE", "{NOW}": "NOW(6)"}
+_SQLITE_TOKENS = {"{FOR_UPDATE}": "", "{SKIP_LOCKED}": "", "{SHARE}": ""}
+_resolved: dict[tuple[str, str], str] = {}
+
+
+def placeholders(n: int) -> str:
+    """`?, ?, ?` for an IN list of n values."""
+    return ", ".join("?" * n)
+
+
+def _resolve(sql: str, dialect: str) -> str:
+    key = (sql, dialect)
+    text = _resolved.get(key)
+    if text is None:
+        text = sql
+        for token, value in (_MYSQL_TOKENS if dialect == MYSQL else _SQLITE_TOKENS).items():
+            text = text.replace(token, value)
+        if dialect == MYSQL:
+            text = text.replace("?", "%s")
+        _resolved[key] = text
+    return text
+
+
+def _sqlite_param(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.strftime(_SQLITE_TS)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _sqlite_rows(names: list[str], raw: list[Any]) -> list[dict[str, Any]]:
+    rows = [dict(zip(names, r)) for r in raw]
+    stamps = [n for n in names if n in TIMESTAMPS]
+    if stamps:
+        for r in rows:
+            for col in stamps:
+                v = r[col]
+                if isinstance(v, str):
+                    r[col] = datetime.fromisoformat(v)
+    return rows
+
+
+class Tx:
+    """An open transaction (or, for reads, an autocommit connection).
+
+    `conn` is a SQLAlchemy connection (SQLite, and Core statements in tests and tools);
+    `driver` a MySQL driver connection; `multi` whether it accepts several statements per
+    round trip, which is what lets `defer` wait.
+    """
+
+    def __init__(self, dialect: str, *, conn: Any = None, driver: Any = None, multi: bool = False) -> None:
+        self.dialect = dialect
+        self.conn = conn
+        self._driver = driver
+        self._multi = multi
+        self._now: datetime | None = None
+        self._deferred: list[str] = []
+        self._literals = Literals()
+        # MySQL error code -> exception to raise instead, for errors a deferred write may cause:
+        # they surface with whichever later round trip (or the COMMIT) carries that write.
+        self._meanings: dict[int, Callable[[], Exception]] = {}
+
+    # ---------------------------------------------------------------- clock
+
+    async def now(self) -> datetime:
+        """The database clock (naive UTC), read once per transaction."""
+        if self._now is None:
+            if self.dialect == MYSQL:
+                self._now = (await self.rows(Stmt("SELECT NOW(6) AS db_now")))[0]["db_now"]
+            else:
+                self._now = datetime.now(timezone.utc).replace(tzinfo=None)
+        return self._now
+
+    async def refresh_now(self) -> datetime:
+        """Read the clock again, for a decision that must come after a lock was taken."""
+        self._now = None
+        return await self.now()
+
+    def adopt_clock(self, row: dict[str, Any] | None) -> None:
+        """Take the transaction's clock from a row that selected `{NOW} AS db_now` (removed from it)."""
+        value = row.pop("db_now", None) if row is not None else None
+        if self._now is None:
+            self._now = value
+        if self._now is None:
+            self._now = datetime.now(timezone.utc).replace(tzinfo=None)
+
+    def _sqlite_clock(self) -> str:
+        if self._now is None:
+            self._now = datetime.now(timezone.utc).replace(tzinfo=None)
+        return "'" + self._now.strftime(_SQLITE_TS) + "'"
+
+    # ---------------------------------------------------------------- statements
+
+    def _text(self, stmt: Stmt) -> str:
+        if self.dialect == MYSQL:
+            return _resolve(stmt.sql, MYSQL)
+        text = _resolve(stmt.sqlite or stmt.sql, self.dialect)
+        return text.replace("{NOW}", self._sqlite_clock()) if "{NOW}" in text else text
+
+    def _mogrify(self, stmt: Stmt) -> str:
+        return self._literals.mogrify(self._text(stmt), stmt.params)
+
+    async def _driver_conn(self) -> Any:
+        if self._driver is None:
+            raw = await self.conn.get_raw_connection()
+            self._driver = raw.driver_connection
+        return self._driver
+
+    def means(self, code: int, exception: Callable[[], Exception]) -> None:
+        """From now on in this transaction, MySQL error `code` raises `exception()` instead."""
+        self._meanings[code] = exception
+
+    def guard_refusal_means(self, exception: Callable[[], Exception]) -> None:
+        """A guarded write that refuses (a NULL into a NOT NULL column) raises `exception()`."""
+        self.means(BAD_NULL, exception)
+
+    def duplicate_key_means(self, exception: Callable[[], Exception]) -> None:
+        self.means(DUPLICATE_KEY, exception)
+
+    def meaning_of(self, exc: BaseException) -> Exception | None:
+        code = mysql_error_code(exc) if self._meanings else None
+        factory = self._meanings.get(code) if code is not None else None
+        return factory() if factory is not None else None
+
+    @property
+    def deferring(self) -> bool:
+        """Whether `defer` really waits for the next round trip (a multi-statement connection)."""
+        return self._multi
+
+    async def _run_mysql(self, statements: list[str]) -> list[tuple[int, list[dict[str, Any]]]]:
+        """The deferred writes plus `statements` in one round trip; per statement of
+        `statements`, its row count and rows (the deferred writes' results are skipped)."""
+        d = await self._driver_conn()
+        skip = len(self._deferred)
+        text = ";\n".join([*self._deferred, *statements])
+        self._deferred = []
+        out: list[tuple[int, list[dict[str, Any]]]] = []
+        async with d.cursor() as cur:
+            await cur.execute(text)
+            i = 0
+            while True:
+                if i >= skip:
+                    rows: list[dict[str, Any]] = []
+                    if cur.description:
+                        names = [c[0] for c in cur.description]
+                        rows = [dict(zip(names, r)) for r in await cur.fetchall()]
+                    out.append((cur.rowcount, rows))
+                i += 1
+                if not await cur.nextset():
+                    break
+            # The driver keeps the first statement's status flags; the pool would take the
+            # stale "in transaction" bit for an unfinished transaction and drop the connection.
+            status = getattr(cur._result, "server_status", None)
+            if status is not None:
+                d.server_status = status
+        return out
+
+    async def _one_statement(self, stmt: Stmt) -> tuple[int, list[dict[str, Any]]]:
+        if self._multi:
+            return (await self._run_mysql([self._mogrify(stmt)]))[-1]
+        d = await self._driver_conn()
+        if self.dialect == MYSQL:
+            async with d.cursor() as cur:
+                await cur.execute(self._text(stmt), tuple(stmt.params))
+                rows = []
+                if cur.description:
+                    names = [c[0] for c in cur.description]
+                    rows = [dict(zip(names, r)) for r in await cur.fetchall()]
+                return cur.rowcount, rows
+        cur = await d.execute(self._text(stmt), [_sqlite_param(p) for p in stmt.params])
+        rows = []
+        if cur.description:
+            rows = _sqlite_rows([c[0] for c in cur.description], await cur.fetchall())
+        count = cur.rowcount
+        await cur.close()
+        return count, rows
+
+    async def rows(self, stmt: Stmt) -> list[dict[str, Any]]:
+        """The rows of one statement, as dicts."""
+        return (await self._one_statement(stmt))[1]
+
+    async def one(self, stmt: Stmt) -> dict[str, Any] | None:
+        rows = await self.rows(stmt)
+        return rows[0] if rows else None
+
+    async def count(self, stmt: Stmt) -> int:
+        """Run one write; its affected row count."""
+        return (await self._one_statement(stmt))[0]
+
+    async def rows_multi(self, stmts: Sequence[Stmt]) -> list[list[dict[str, Any]]]:
+        """Several independent statements' rows, in one round trip where the connection allows it."""
+        if self._multi:
+            return [rows for _, rows in await self._run_mysql([self._mogrify(s) for s in stmts])]
+        return [await self.rows(s) for s in stmts]
+
+    async def counts(self, stmts: Sequence[Stmt]) -> list[int]:
+        """Several writes in one round trip where the connection allows it; their row counts.
+        All of them run even when an earlier one matched nothing: roll back if that matters."""
+        if self._multi:
+            return [n for n, _ in await self._run_mysql([self._mogrify(s) for s in stmts])]
+        return [await self.count(s) for s in stmts]
+
+    async def defer(self, stmt: Stmt) -> None:
+        """A write whose row count is not needed: sent with the next statement or the commit."""
+        if self._multi:
+            self._deferred.append(self._mogrify(stmt))
+        else:
+            await self.count(stmt)
+
+    async def defer_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
+        """A multi-row `INSERT … VALUES (?, …)` for `rows`, deferred like `defer`."""
+        if not rows:
+            return
+        if not self._multi:
+            await self.insert_rows(stmt, rows)
+            return
+        head = self._text(stmt).partition(" VALUES ")[0]
+        self._deferred.append(f"{head} VALUES " + self._literals.values_list(rows))
+
+    async def insert_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
+        """A multi-row `INSERT … VALUES (?, …)` for `rows`, now."""
+        if not rows:
+            return
+        if self._multi:
+            await self.defer_rows(stmt, rows)
+            await self._run_mysql([])
+            return
+        d = await self._driver_conn()
+        if self.dialect == MYSQL:
+            async with d.cursor() as cur:
+                await cur.executemany(self._text(stmt), [tuple(r) for r in rows])
+            return
+        await d.executemany(self._text(stmt), [[_sqlite_param(p) for p in r] for r in rows])
+
+    async def commit_deferred(self) -> bool:
+        """Send the deferred writes together with COMMIT; False when there were none."""
+        if not self._deferred:
+            return False
+        await self._run_mysql(["COMMIT"])
+        return True
+
+    # ---------------------------------------------------------------- SQLAlchemy Core (tests, tools)
+
+    async def execute(self, statement: Any, params: Any = None):
+        if params is None:
+            return await self.conn.execute(statement)
+        return await self.conn.execute(statement, params)
+
+    async def one_or_none(self, statement: Any):
+        return (await self.conn.execute(statement)).mappings().one_or_none()
+
+    async def all(self, statement: Any):
+        return (await self.conn.execute(statement)).mappings().all()
+
+    async def scalar(self, statement: Any):
+        return (await self.conn.execute(statement)).scalar()

@@ -1,0 +1,1 @@
+"""Test and benchmark tooling that is not part of the product."""
