@@ -19,7 +19,7 @@ from ..server.core.timefmt import format_ts
 from ..server.services import tenancy
 from ..server.store import migrate as migrations
 from ..server.store.db import Database
-from ..server.store.dialect import DatabaseUnavailable
+from ..server.errors import DatabaseUnavailable
 from .files import FileRefused, check_writable_target, write_secret_json
 
 

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .config import Settings
 from .core.ids import new_id
 from .envelope import error_body
-from .errors import OrbitError, invalid_argument, unavailable
+from .errors import OrbitError, invalid_argument
 from .http import health, queues, tasks
 from .http.common import error_response
 from .http.openapi import install_openapi
@@ -29,7 +29,6 @@ from .node import Node
 from .services import dispatch, idempotency
 from .services import tasks as task_service
 from .store.db import Database
-from .store.dialect import DatabaseUnavailable
 from .ws import route as worker_route
 
 log = structlog.get_logger("orbit.http")
@@ -120,7 +119,7 @@ class SubmitFastPath:
                 request = Request(scope, receive)
                 try:
                     response = await tasks.submit_task(request, queue_id)
-                except (OrbitError, DatabaseUnavailable) as exc:
+                except OrbitError as exc:
                     response = await self._handler(exc)(request, exc)
                 await response(scope, receive, send)
                 return
@@ -137,10 +136,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OrbitError)
     async def _orbit_error(request: Request, exc: OrbitError):
         return error_response(request, exc)
-
-    @app.exception_handler(DatabaseUnavailable)
-    async def _db_unavailable(request: Request, exc: DatabaseUnavailable):
-        return error_response(request, unavailable())
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):

@@ -26,6 +26,16 @@ class OrbitError(Exception):
         return f"OrbitError({self.code!r}, {self.message!r})"
 
 
+class DatabaseUnavailable(OrbitError):
+    """The database could not be reached or kept refusing; safe to retry with the same identity.
+    `reason` is for the logs: clients hear the same UNAVAILABLE whatever it was."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__("UNAVAILABLE", "the database is unavailable; retry with the same identity",
+                         retry_after_ms=1000)
+        self.reason = reason
+
+
 def invalid_argument(message: str, field: str | None = None, **details: Any) -> OrbitError:
     d = dict(details)
     if field is not None:
@@ -62,10 +72,6 @@ def application_full() -> OrbitError:
     return OrbitError("APPLICATION_FULL",
                       "application unfinished task quota reached; retry later using the original identity",
                       retry_after_ms=1000)
-
-
-def unavailable(message: str = "the database is unavailable; retry with the same identity") -> OrbitError:
-    return OrbitError("UNAVAILABLE", message, retry_after_ms=1000)
 
 
 def payload_too_large(limit: int) -> OrbitError:

@@ -28,7 +28,7 @@ from ..core.rate_window import RateWindow, authorize_start
 from ..core.timefmt import format_ts
 from ..errors import OrbitError
 from ..store.db import Database
-from ..store.dialect import PlanNoLongerHolds, RetryTransaction, is_duplicate_key
+from ..store.dialect import PlanNoLongerHolds
 from ..store.queries import claims as claim_q
 from ..store.queries import leases as lease_q
 from ..store.queries import queues as queue_q
@@ -218,12 +218,7 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
     """Lock the planned queues' usage rows (queue order) in the round trip that carries every
     grant's writes, and check each grant there; raise `PlanNoLongerHolds` if one no longer fits."""
     ids = [p.queue_id for p in planned]
-    try:
-        usage_rows, control_rows = await tx.rows_multi([usage_q.queue_rows(ids, lock=True), queue_q.controls(ids)])
-    except Exception as exc:
-        if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
-            raise RetryTransaction() from exc
-        raise
+    usage_rows, control_rows = await tx.rows_multi([usage_q.queue_rows(ids, lock=True), queue_q.controls(ids)])
     usage_of = {r["queue_id"]: r for r in usage_rows}
     controls_of = {r["id"]: r for r in control_rows}
     changes = UsageChanges()
@@ -301,16 +296,8 @@ async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], slo
         replies[slot] = {"tasks": granted}
     await tx.defer_rows(lease_q.INSERT, lease_rows)
     await emit_many(tx, events)
-    if defer_receipts:
-        # They travel in the round trip that finally locks the usage rows.
-        await tx.defer_rows(claim_q.INSERT, receipts)
-        return changes
-    try:
-        await tx.insert_rows(claim_q.INSERT, receipts)
-    except Exception as exc:
-        if is_duplicate_key(exc):  # the same message id is being claimed elsewhere: replay it
-            raise RetryTransaction() from exc
-        raise
+    # Planned on a snapshot, they travel in the round trip that finally locks the usage rows.
+    await claim_q.insert(tx, receipts, deferred=defer_receipts)
     return changes
 
 

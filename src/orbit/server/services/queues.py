@@ -14,7 +14,6 @@ from ..core.ids import is_id, new_id
 from ..core.timefmt import format_ts
 from ..errors import not_found, state_conflict
 from ..store.db import Database
-from ..store.dialect import is_duplicate_key
 from ..store.queries import queues as queue_q
 from ..store.queries import usage as usage_q
 from ..store.tx import Tx
@@ -92,14 +91,8 @@ async def insert_queue(
         "created_at": now,
         "updated_at": now,
     }
-    try:
-        await tx.count(queue_q.insert(row))
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            raise state_conflict(
-                f"a queue named {name!r} already exists in this namespace", name=name
-            ) from exc
-        raise
+    if not await queue_q.insert(tx, row):
+        raise state_conflict(f"a queue named {name!r} already exists in this namespace", name=name)
     await tx.defer(usage_q.insert_queue_row(row["id"]))
     return queue_json(row, 0)
 

@@ -726,7 +726,7 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
 
     async def body(tx: Tx) -> int:
         now = await tx.now()
-        due = await tx.rows(task_q.due(now, batch))
+        due = await tx.rows(task_q.sweep_due(now, batch))
         if not due:
             return 0
         actions = {r["id"]: sweep_action(r["state"], int(r["attempts"]), r["deadline_at"], r["start_deadline_at"],
@@ -765,6 +765,6 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
         await emit_many(tx, events)
         return acted
 
-    if not await db.any_row(task_q.any_due()):
+    if not await db.any_row(task_q.any_sweep_due()):
         return 0
     return await db.transaction(body)

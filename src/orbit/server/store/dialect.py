@@ -6,6 +6,10 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
+from ..errors import DatabaseUnavailable
+
+__all__ = ["DatabaseUnavailable"]  # raised by the store; defined with the other refusals
+
 MYSQL, SQLITE = "mysql", "sqlite"
 
 # MySQL/MariaDB error codes the store acts on.
@@ -33,10 +37,6 @@ SQLITE_PRAGMAS = (
     "PRAGMA busy_timeout=10000",
     "PRAGMA foreign_keys=OFF",
 )
-
-
-class DatabaseUnavailable(Exception):
-    """The database could not be reached or kept refusing; safe to retry with the same identity."""
 
 
 class RetryTransaction(Exception):

@@ -6,9 +6,8 @@ from fastapi import APIRouter, WebSocket
 from fastapi.responses import Response
 
 from ..envelope import error_body, status_of
-from ..errors import OrbitError, unavailable
+from ..errors import OrbitError
 from ..services.auth import authenticate
-from ..store.dialect import DatabaseUnavailable
 from .session import WorkerSession
 
 router = APIRouter()
@@ -30,11 +29,8 @@ async def connect(ws: WebSocket) -> None:
     try:
         who = await authenticate(node.db, ws.headers.get("authorization"))
         who.require("worker")
-    except OrbitError as exc:
+    except OrbitError as exc:  # DatabaseUnavailable included: 503
         await _deny(ws, exc)
-        return
-    except DatabaseUnavailable:
-        await _deny(ws, unavailable("the database is unavailable"))
         return
     await ws.accept()
     await WorkerSession(ws, node.hub, who).run()

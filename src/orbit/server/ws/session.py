@@ -22,7 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..._rules import IDEMPOTENCY_KEY_RE
 from ..core.ids import is_id, new_id
-from ..errors import OrbitError
+from ..errors import DatabaseUnavailable, OrbitError
 from ..services import dispatch, workers
 from ..services.auth import Principal
 from .corked import SEND_TEXT_NOW
@@ -241,7 +241,7 @@ class WorkerSession:
             if kind == "complete" or kind == "release":
                 self._freed(lease_id, result)
         else:
-            if type(exc).__name__ != "DatabaseUnavailable":
+            if not isinstance(exc, DatabaseUnavailable):
                 log.error("frame_failed", session_id=self.session_id, type=kind, exc_info=exc)
             result = _unavailable()
         self._answer(msg_id, result)
@@ -253,13 +253,14 @@ class WorkerSession:
         started = time.perf_counter()
         try:
             result = await self._handlers[kind](frame, msg_id)
+        except DatabaseUnavailable:
+            result = _unavailable()
         except OrbitError as exc:
             result = exc
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            if type(exc).__name__ != "DatabaseUnavailable":
-                log.exception("frame_failed", session_id=self.session_id, type=kind)
+        except Exception:
+            log.exception("frame_failed", session_id=self.session_id, type=kind)
             result = _unavailable()
         await self.send(reply_frame(msg_id, result))
         if self._log_frames:

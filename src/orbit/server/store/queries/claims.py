@@ -3,9 +3,30 @@ so that a resent claim is answered with the original leases."""
 
 from __future__ import annotations
 
-from ..tx import Stmt
+from collections.abc import Sequence
+from typing import Any
 
-INSERT = Stmt("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)")
+from ..dialect import RetryTransaction, is_duplicate_key
+from ..tx import Stmt, Tx
+
+_INSERT = Stmt("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)")
+
+
+async def insert(tx: Tx, rows: Sequence[Sequence[Any]], *, deferred: bool) -> None:
+    """(credential id, message id, response, created at) receipts, now or (`deferred`) with the
+    next round trip. The same message claimed meanwhile by another transaction fails the insert
+    on the primary key (here or with the round trip that carries it): the transaction then runs
+    again and replays that claim."""
+    tx.duplicate_key_means(RetryTransaction)
+    if deferred:
+        await tx.defer_rows(_INSERT, rows)
+        return
+    try:
+        await tx.insert_rows(_INSERT, rows)
+    except Exception as exc:
+        if is_duplicate_key(exc):
+            raise RetryTransaction() from exc
+        raise
 
 
 def receipts(keys: list[tuple[str, str]]) -> Stmt:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tx import Stmt, placeholders
+from ..dialect import is_duplicate_key
+from ..tx import Stmt, Tx, placeholders
 
 COLUMNS = ("id", "namespace_id", "name", "paused", "max_concurrency", "rate_per_second", "max_unfinished_tasks",
            "revision", "retired_at", "created_at", "updated_at")
@@ -12,8 +13,16 @@ _COLS = ", ".join(COLUMNS)
 _Q_COLS = ", ".join(f"q.{c}" for c in COLUMNS)
 
 
-def insert(row: dict[str, Any]) -> Stmt:
-    return Stmt(f"INSERT INTO queues ({_COLS}) VALUES ({placeholders(len(COLUMNS))})", [row[c] for c in COLUMNS])
+async def insert(tx: Tx, row: dict[str, Any]) -> bool:
+    """Insert the queue now; False when its name is taken in the namespace (a concurrent create)."""
+    try:
+        await tx.count(Stmt(f"INSERT INTO queues ({_COLS}) VALUES ({placeholders(len(COLUMNS))})",
+                            [row[c] for c in COLUMNS]))
+    except Exception as exc:
+        if is_duplicate_key(exc):
+            return False
+        raise
+    return True
 
 
 def name_taken(namespace_id: str, name: str) -> Stmt:

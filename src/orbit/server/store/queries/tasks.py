@@ -74,11 +74,11 @@ _SWEEP_COLS = "id, namespace_id, queue_id, application_id, state, attempts, dead
               "cancel_requested"
 
 
-def any_due() -> Stmt:
+def any_sweep_due() -> Stmt:
     return Stmt("SELECT 1 AS due FROM tasks WHERE sweep_at <= {NOW} LIMIT 1")
 
 
-def due(now: datetime, limit: int) -> Stmt:
+def sweep_due(now: datetime, limit: int) -> Stmt:
     """Tasks whose `sweep_at` has come, locked; rows another node holds are skipped (it sweeps them)."""
     return Stmt(f"SELECT {_SWEEP_COLS} FROM tasks WHERE sweep_at <= ? ORDER BY sweep_at LIMIT ?{{SKIP_LOCKED}}",
                 (now, limit))
