@@ -86,8 +86,8 @@ async def run(url: str, total: int, batch: int) -> dict:
     async def boot(tx):
         app = await tenancy.ensure_application(tx, f"a-{uuid.uuid4().hex[:6]}")
         ns = await tenancy.ensure_namespace(tx, app["id"], "d", "development")
-        q = await insert_queue(tx, namespace_id=ns["id"], name="q", max_concurrency=100000,
-                               rate_per_second=1000000, max_unfinished_tasks=1000000)
+        q = await insert_queue(tx, namespace_id=ns["id"], name="q", controls={
+            "max_concurrency": 100000, "rate_per_second": 1000000, "max_unfinished_tasks": 1000000})
         return app, ns, q
 
     app, ns, q = await db.transaction(boot)

@@ -65,7 +65,7 @@ async def count_in_sql(db: Database, qid: str, n: int, rate: int, now: datetime,
         changes = UsageChanges()
         assert changes.count_starts_in_sql(tx, qid, n, rate, now)
         if reservations:
-            changes.add(qid, new_id(), reserved=-reservations)
+            changes.add(qid, None, rate_reserved=-reservations)
         await changes.apply(tx)
 
     await db.transaction(body)

@@ -16,11 +16,9 @@ class Notifier:
 
     A wake-up is sized: `notify(queue, count)` wakes the longest-waiting claims whose
     `max_tasks` together cover `count` (tasks submitted, permits freed), not every
-    waiting claim. Each woken claim runs a transaction; waking all of them for one
-    task made the rest run empty claims (measured: 16 idle sessions and single
-    submits spent most of the node's claim transactions finding nothing). A
-    notification that found no waiter is kept (once) for the next claim about to
-    wait, whose transaction may have read before the work committed.
+    waiting claim, because each woken claim runs a transaction and the extra ones
+    would find nothing. A notification that found no waiter is kept (once) for the
+    next claim about to wait, whose transaction may have read before the work committed.
     """
 
     def __init__(self) -> None:

@@ -4,7 +4,7 @@ keys, cursors."""
 from __future__ import annotations
 
 import base64
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from fastapi import Request
@@ -25,7 +25,9 @@ from ..services.auth import Principal, TokenCache, authenticate, authenticate_fo
 from ..services.idempotency import IdempotencyScope, Outcome, request_digest
 from ..services.queues import WriteRequest
 from ..services.outbox import Actor
-from ..store.db import Database
+
+if TYPE_CHECKING:
+    from ..store.db import Database
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -290,7 +290,7 @@ async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], slo
             }
             lease_rows.append([lease[col] for col in lease_q.COLUMNS])
             granted.append(lease_json(lease, t, orjson.Fragment(t["payload"])))
-            changes.add(queue_id, t["application_id"], permits=1, reserved=1)
+            changes.add(queue_id, t["application_id"], permits_in_use=1, rate_reserved=1)
             events.append(_task_event(t, "task.leased", states.LEASED, lease_id=lease["id"], attempt=lease["attempt"]))
         receipts.append((who.principal.credential_id, c.msg_id, _claim_receipt(granted, c.lease_ms), now))
         replies[slot] = {"tasks": granted}
@@ -436,7 +436,7 @@ def _fail_unstarted(w: _Writes, lease: dict[str, Any], task: dict[str, Any], now
     """A leased task whose deadline passed before its Start: end it FAILED, free permit and reservation."""
     _end_task_failed(w, task, now, code, message)
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome=code, reserved=False)
-    w.usage.add(lease["queue_id"], task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
+    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1, rate_reserved=-1 if lease["reserved"] else 0)
     lease.update(state=ENDED, outcome=code)
 
 
@@ -536,7 +536,7 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
         counted.setdefault(qid, []).append(reserved)
         w.usage.set_window(qid, decision.window.start, decision.window.used)
         if reserved:
-            w.usage.add(qid, task["application_id"], reserved=-1)
+            w.usage.add(qid, task["application_id"], rate_reserved=-1)
         attempt = int(task["attempts"]) + 1
         receipt = {
             "attempt": attempt,
@@ -709,7 +709,7 @@ def _keep_late_report(w: _Writes, lease: dict[str, Any], c: CompleteCommand, now
 def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: CompleteCommand,
                  verdict: rules.CompleteVerdict, now: datetime) -> dict[str, Any]:
     qid, aid = lease["queue_id"], task["application_id"]
-    w.usage.add(qid, aid, permits=-1)
+    w.usage.add(qid, aid, permits_in_use=-1)
     error = None
     if verdict.kind == "succeeded":
         w.task(task["id"], state=states.SUCCEEDED, result=orjson.dumps(c.result).decode(), updated_at=now,
@@ -744,7 +744,7 @@ def _release(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Complet
     if refusal is not None:
         return _refused(refusal)
     w.task(task["id"], state=states.WAITING, updated_at=now)
-    w.usage.add(lease["queue_id"], task["application_id"], permits=-1, reserved=-1 if lease["reserved"] else 0)
+    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1, rate_reserved=-1 if lease["reserved"] else 0)
     answer = {"task_state": states.WAITING}
     response = orjson.dumps(answer).decode()
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome="RELEASED", reserved=False,
@@ -782,13 +782,13 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
             n += 1
             if lease["state"] == LEASED:
                 w.task(task["id"], state=states.WAITING, updated_at=now)
-                w.usage.add(qid, aid, permits=-1, reserved=-1 if lease["reserved"] else 0)
+                w.usage.add(qid, aid, permits_in_use=-1, rate_reserved=-1 if lease["reserved"] else 0)
                 w.lease(lease["id"], state=ENDED, ended_at=now, outcome="EXPIRED", reserved=False, push_pending=True)
                 continue
             error = {"code": "LEASE_LOST", "message": "the lease expired while the attempt was running"}
             w.lease(lease["id"], state=ENDED, ended_at=now, outcome="LEASE_LOST", error=orjson.dumps(error).decode(),
                     push_pending=True)
-            w.usage.add(qid, aid, permits=-1)
+            w.usage.add(qid, aid, permits_in_use=-1)
             w.events.append(_task_event(task, "task.lease_lost", task["state"], attempt=lease["attempt"],
                                         lease_id=lease["id"]))
             if rules.lease_lost_goes_to_review(task["on_lease_lost"]):

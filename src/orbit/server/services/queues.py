@@ -23,16 +23,25 @@ from .outbox import Actor, emit, write_audit
 
 DEFAULT_MAX_UNFINISHED_TASKS = 100_000
 
+# Every control of a queue, declared once by the API: the fields a configure replaces all at
+# once. Each is stored in the column of its name and returned on the queue object.
+CONTROLS = {name: (bool if field.annotation is bool else int)
+            for name, field in ConfigureQueueRequest.model_fields.items()
+            if name not in ("expected_revision", "reason")}
+
+
+# What a new queue starts with where its create request says nothing: not paused, and the
+# create model's defaults.
+NEW_QUEUE = {"paused": False, **{name: field.default for name, field in CreateQueueRequest.model_fields.items()
+                                 if name in CONTROLS and not field.is_required()}}
+
 
 def queue_json(row: Any, unfinished: int) -> dict[str, Any]:
     return {
         "id": row["id"],
         "namespace_id": row["namespace_id"],
         "name": row["name"],
-        "paused": bool(row["paused"]),
-        "max_concurrency": int(row["max_concurrency"]),
-        "rate_per_second": int(row["rate_per_second"]),
-        "max_unfinished_tasks": int(row["max_unfinished_tasks"]),
+        **{name: kind(row[name]) for name, kind in CONTROLS.items()},
         "unfinished_tasks": str(int(unfinished)),
         "revision": str(int(row["revision"])),
         "retired_at": format_ts(row["retired_at"]),
@@ -65,32 +74,17 @@ async def _unfinished(tx: Tx, queue_id: str, *, lock: bool = False) -> int:
     return int(row["unfinished"]) if row is not None else 0
 
 
-async def insert_queue(
-    tx: Tx,
-    *,
-    namespace_id: str,
-    name: str,
-    max_concurrency: int,
-    rate_per_second: int,
-    max_unfinished_tasks: int,
-) -> dict[str, Any]:
-    """Insert a queue and its usage row; a conflict when the name is taken in the namespace."""
+async def insert_queue(tx: Tx, *, namespace_id: str, name: str, controls: dict[str, Any]) -> dict[str, Any]:
+    """Insert a queue and its usage row; a conflict when the name is taken in the namespace.
+    Controls missing from `controls` take their `NEW_QUEUE` values."""
     now = await tx.now()
     if await tx.rows(queue_q.name_taken(namespace_id, name)):
         raise state_conflict(f"a queue named {name!r} already exists in this namespace", name=name)
-    row = {
-        "id": new_id(),
-        "namespace_id": namespace_id,
-        "name": name,
-        "paused": False,
-        "max_concurrency": max_concurrency,
-        "rate_per_second": rate_per_second,
-        "max_unfinished_tasks": max_unfinished_tasks or DEFAULT_MAX_UNFINISHED_TASKS,
-        "revision": 1,
-        "retired_at": None,
-        "created_at": now,
-        "updated_at": now,
-    }
+    values = {**NEW_QUEUE, **controls}
+    values["max_unfinished_tasks"] = values["max_unfinished_tasks"] or DEFAULT_MAX_UNFINISHED_TASKS
+    row = {"id": new_id(), "namespace_id": namespace_id, "name": name,
+           **{c: kind(values[c]) for c, kind in CONTROLS.items()},
+           "revision": 1, "retired_at": None, "created_at": now, "updated_at": now}
     if not await queue_q.insert(tx, row):
         raise state_conflict(f"a queue named {name!r} already exists in this namespace", name=name)
     await tx.defer(usage_q.insert_queue_row(row["id"]))
@@ -101,14 +95,8 @@ async def create_queue(db: Database, w: WriteRequest, req: CreateQueueRequest) -
     ns = w.principal.namespace_id
 
     async def effect(tx: Tx):
-        snapshot = await insert_queue(
-            tx,
-            namespace_id=ns,
-            name=req.name,
-            max_concurrency=req.max_concurrency,
-            rate_per_second=req.rate_per_second,
-            max_unfinished_tasks=req.max_unfinished_tasks,
-        )
+        controls = {c: getattr(req, c) for c in CONTROLS if c in req.model_fields_set}
+        snapshot = await insert_queue(tx, namespace_id=ns, name=req.name, controls=controls)
         await write_audit(
             tx, w.actor, namespace_id=ns, action="queue.create", resource_type="queue",
             resource_id=snapshot["id"], after=snapshot,
@@ -145,15 +133,9 @@ async def configure_queue(
         _check_revision(row, req.expected_revision)
         unfinished = await _unfinished(tx, queue_id)
         before = queue_json(row, unfinished)
-        changes = {
-            "paused": req.paused,
-            "max_concurrency": req.max_concurrency,
-            "rate_per_second": req.rate_per_second,
-            "max_unfinished_tasks": req.max_unfinished_tasks,
-            "revision": int(row["revision"]) + 1,
-            "updated_at": await tx.now(),
-        }
-        await tx.defer(queue_q.configure(queue_id, **changes))
+        changes = {**{c: getattr(req, c) for c in CONTROLS}, "revision": int(row["revision"]) + 1,
+                   "updated_at": await tx.now()}
+        await tx.defer(queue_q.configure(queue_id, changes))
         after = queue_json({**row, **changes}, unfinished)
         await write_audit(
             tx, w.actor, namespace_id=row["namespace_id"], action="queue.configure",

@@ -103,7 +103,7 @@ def _submit_receipt(row: dict[str, Any]) -> str:
 
     Tasks are never deleted and their other snapshot fields are either immutable or known at
     submission (WAITING, no attempt, no result, updated when created), so the snapshot is
-    rebuilt from the row (`_rehydrate`) instead of storing ~300 bytes per task."""
+    rebuilt from the row (`_rehydrate`) instead of stored with every receipt."""
     return orjson.dumps({"submitted": {"id": row["id"], "available_at": format_ts(row["available_at"])}}).decode()
 
 
@@ -460,8 +460,8 @@ async def submit_batch(
     """One transaction for the whole batch; the batch key only recognises a replay of the batch.
 
     Every item has its own key and receipt, so the batch's record refers to those receipts
-    instead of repeating their snapshots (a 500-task batch stored ~150 KB twice over), and it
-    is inserted with the commit rather than reserved first and rewritten."""
+    instead of repeating their snapshots, and it is inserted with the commit rather than
+    reserved first and rewritten."""
     from .idempotency import lookup, record_new
 
     async def body(tx: Tx, optimistic: bool) -> Outcome:
@@ -681,8 +681,8 @@ async def cancel_task(
             lease = await tx.one(lease_q.live_for_task(task_id))
             if lease is not None:
                 await tx.defer(lease_q.end_for_task(lease["id"], states.CANCELLED, now))
-                change.usage.add(row["queue_id"], row["application_id"], permits=-1,
-                                 reserved=-1 if lease["reserved"] else 0)
+                change.usage.add(row["queue_id"], row["application_id"], permits_in_use=-1,
+                                 rate_reserved=-1 if lease["reserved"] else 0)
         return change
 
     return await _task_write(db, principal, actor, scope, task_id, "task.cancel", req.reason, decide)
@@ -750,8 +750,8 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
                 usage.add(r["queue_id"], r["application_id"], unfinished=-1)
                 if lease is not None:
                     await tx.defer(lease_q.end_for_task(lease["id"], action.code, now))
-                    usage.add(r["queue_id"], r["application_id"], permits=-1,
-                              reserved=-1 if lease["reserved"] else 0)
+                    usage.add(r["queue_id"], r["application_id"], permits_in_use=-1,
+                              rate_reserved=-1 if lease["reserved"] else 0)
                 events.append(_event({**r, "state": states.FAILED}, "task.failed", error=error))
             elif action.kind == "cancel":
                 acted += 1

@@ -66,7 +66,7 @@ async def ensure_queue(tx: Tx, namespace_id: str, name: str) -> dict[str, Any]:
     row = await tx.one(queue_q.by_name(namespace_id, name))
     if row is not None:
         return queue_json(row, 0)
-    snapshot = await insert_queue(tx, namespace_id=namespace_id, name=name, **BOOTSTRAP_QUEUE)
+    snapshot = await insert_queue(tx, namespace_id=namespace_id, name=name, controls=BOOTSTRAP_QUEUE)
     await write_audit(tx, ADMIN, namespace_id=namespace_id, action="queue.create", resource_type="queue",
                       resource_id=snapshot["id"], reason="bootstrap", after=snapshot)
     await emit(tx, namespace_id=namespace_id, type="queue.created", resource_type="queue",

@@ -21,7 +21,7 @@ _ESCAPES = (("\\", "\\\\"), ("'", "\\'"), ("\0", "\\0"), ("\n", "\\n"), ("\r", "
 
 def escape_string(value: str) -> str:
     """Escaping for a single-quoted literal (without NO_BACKSLASH_ESCAPES, as the driver assumes).
-    Only the replaces whose character occurs run: ~10x faster than str.translate."""
+    Only the replaces whose character occurs run, which is much cheaper than str.translate."""
     for char, escaped in _ESCAPES:
         if char in value:
             value = value.replace(char, escaped)

@@ -1,10 +1,9 @@
 """WebSocket writes coalesced per event-loop iteration.
 
 A grouped transaction answers dozens of Starts or reports of one session at the
-same moment, and each reply frame used to be its own `send()` system call (a
-fifth of a node's CPU per frame in `bench/ws_frames.py`). The corked transport
-collects what one loop iteration writes to a connection and hands it to the
-socket once, in order, before the loop next waits for I/O.
+same moment; rather than a `send()` system call per reply frame, the corked
+transport collects what one loop iteration writes to a connection and hands it
+to the socket once, in order, before the loop next waits for I/O.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from ..batching import GroupCommitter, KeyedBatcher
 from ..core.ids import new_id
 from ..loops import BackgroundLoops
 from ..services import dispatch, workers
-from ..store.db import Database
 from ..wakeups import Wakeups
 
 if TYPE_CHECKING:
+    from ..store.db import Database
     from .session import WorkerSession
 
 log = structlog.get_logger("orbit.ws")

@@ -7,17 +7,16 @@ from typing import Any
 from ..dialect import is_duplicate_key
 from ..tx import Stmt, Tx, placeholders
 
-COLUMNS = ("id", "namespace_id", "name", "paused", "max_concurrency", "rate_per_second", "max_unfinished_tasks",
-           "revision", "retired_at", "created_at", "updated_at")
-_COLS = ", ".join(COLUMNS)
-_Q_COLS = ", ".join(f"q.{c}" for c in COLUMNS)
+# A queue row is read whole: its controls are columns named after the API's fields (see
+# services/queues.py), so a new control needs no change here.
 
 
 async def insert(tx: Tx, row: dict[str, Any]) -> bool:
-    """Insert the queue now; False when its name is taken in the namespace (a concurrent create)."""
+    """Insert the queue (every column of `row`) now; False when its name is taken in the
+    namespace (a concurrent create)."""
     try:
-        await tx.count(Stmt(f"INSERT INTO queues ({_COLS}) VALUES ({placeholders(len(COLUMNS))})",
-                            [row[c] for c in COLUMNS]))
+        await tx.count(Stmt(f"INSERT INTO queues ({', '.join(row)}) VALUES ({placeholders(len(row))})",
+                            list(row.values())))
     except Exception as exc:
         if is_duplicate_key(exc):
             return False
@@ -30,17 +29,16 @@ def name_taken(namespace_id: str, name: str) -> Stmt:
 
 
 def by_name(namespace_id: str, name: str) -> Stmt:
-    return Stmt(f"SELECT {_COLS} FROM queues WHERE namespace_id = ? AND name = ?", (namespace_id, name))
+    return Stmt("SELECT * FROM queues WHERE namespace_id = ? AND name = ?", (namespace_id, name))
 
 
 def lock_for_update(namespace_id: str, queue_id: str) -> Stmt:
-    return Stmt(f"SELECT {_COLS} FROM queues WHERE id = ? AND namespace_id = ?{{FOR_UPDATE}}",
-                (queue_id, namespace_id))
+    return Stmt("SELECT * FROM queues WHERE id = ? AND namespace_id = ?{FOR_UPDATE}", (queue_id, namespace_id))
 
 
 def with_usage(namespace_id: str, queue_id: str) -> Stmt:
     """The queue and its unfinished count."""
-    return Stmt(f"SELECT {_Q_COLS}, qu.unfinished FROM queues q JOIN queue_usage qu ON qu.queue_id = q.id "
+    return Stmt("SELECT q.*, qu.unfinished FROM queues q JOIN queue_usage qu ON qu.queue_id = q.id "
                 "WHERE q.id = ? AND q.namespace_id = ?", (queue_id, namespace_id))
 
 
@@ -57,7 +55,7 @@ def page(namespace_id: str, *, name: str | None, include_retired: bool, after_id
         where.append("q.id > ?")
         params.append(after_id)
     params.append(limit)
-    return Stmt(f"SELECT {_Q_COLS}, qu.unfinished FROM queues q JOIN queue_usage qu ON qu.queue_id = q.id "
+    return Stmt("SELECT q.*, qu.unfinished FROM queues q JOIN queue_usage qu ON qu.queue_id = q.id "
                 f"WHERE {' AND '.join(where)} ORDER BY q.id LIMIT ?", params)
 
 
@@ -67,11 +65,10 @@ def ids_in_namespace(namespace_id: str, queue_ids: list[str]) -> Stmt:
                 [namespace_id, *queue_ids])
 
 
-def configure(queue_id: str, *, paused: bool, max_concurrency: int, rate_per_second: int,
-              max_unfinished_tasks: int, revision: int, updated_at: Any) -> Stmt:
-    return Stmt("UPDATE queues SET paused = ?, max_concurrency = ?, rate_per_second = ?, max_unfinished_tasks = ?, "
-                "revision = ?, updated_at = ? WHERE id = ?",
-                (paused, max_concurrency, rate_per_second, max_unfinished_tasks, revision, updated_at, queue_id))
+def configure(queue_id: str, values: dict[str, Any]) -> Stmt:
+    """Set these columns (every control, the revision and `updated_at`)."""
+    return Stmt(f"UPDATE queues SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?",
+                [*values.values(), queue_id])
 
 
 def retire(queue_id: str, *, retired_at: Any, revision: int) -> Stmt:
@@ -83,14 +80,13 @@ def retire(queue_id: str, *, retired_at: Any, revision: int) -> Stmt:
 
 
 def controls(queue_ids: list[str]) -> Stmt:
-    """The controls a claim or a Start checks (unlocked: a configure that commits meanwhile is
-    caught when the plan is re-checked under the usage row's lock)."""
-    return Stmt("SELECT id, namespace_id, paused, retired_at, max_concurrency, rate_per_second FROM queues "
-                f"WHERE id IN ({placeholders(len(queue_ids))})", queue_ids)
+    """The queues whose controls a claim or a Start checks (unlocked: a configure that commits
+    meanwhile is caught when the plan is re-checked under the usage row's lock)."""
+    return Stmt(f"SELECT * FROM queues WHERE id IN ({placeholders(len(queue_ids))})", queue_ids)
 
 
 def share_for_admission(namespace_id: str, queue_id: str) -> Stmt:
     """The queue row share-locked for a submit (configure and retire, which lock it exclusively,
     wait for the submit), with the clock."""
-    return Stmt("SELECT id, retired_at, max_unfinished_tasks, {NOW} AS db_now FROM queues "
-                "WHERE id = ? AND namespace_id = ?{SHARE}", (queue_id, namespace_id))
+    return Stmt("SELECT *, {NOW} AS db_now FROM queues WHERE id = ? AND namespace_id = ?{SHARE}",
+                (queue_id, namespace_id))

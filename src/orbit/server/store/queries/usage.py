@@ -10,20 +10,16 @@ a refusal sets a NOT NULL column to NULL, which fails the statement before the C
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from ..dialect import PlanNoLongerHolds
 from ..tx import Stmt, Tx, placeholders
 
-_QUEUE_USAGE_COLS = "queue_id, unfinished, permits_in_use, rate_window_start, rate_window_used, rate_reserved, " \
-                    "permits_freed_at"
-
-
 def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False) -> Stmt:
-    """The queues' usage rows in queue order; `clock` adds `db_now`, `lock` locks them."""
+    """The queues' usage rows (every counter) in queue order; `clock` adds `db_now`, `lock` locks them."""
     now = ", {NOW} AS db_now" if clock else ""
-    return Stmt(f"SELECT {_QUEUE_USAGE_COLS}{now} FROM queue_usage WHERE queue_id IN ({placeholders(len(queue_ids))}) "
+    return Stmt(f"SELECT *{now} FROM queue_usage WHERE queue_id IN ({placeholders(len(queue_ids))}) "
                 f"ORDER BY queue_id{'{FOR_UPDATE}' if lock else ''}", queue_ids)
 
 
@@ -56,39 +52,32 @@ def insert_application_row(application_id: str) -> Stmt:
                 "rate_window_used, rate_reserved) VALUES (?, 0, 0, NULL, 0, 0)", (application_id,))
 
 
-@dataclass
-class Delta:
-    unfinished: int = 0
-    permits: int = 0
-    reserved: int = 0
-
-    def add(self, other: Delta) -> None:
-        self.unfinished += other.unfinished
-        self.permits += other.permits
-        self.reserved += other.reserved
-
-
 class UsageChanges:
-    """Counter changes of one transaction, written to the usage rows together, last."""
+    """Counter changes of one transaction, written to the usage rows together, last.
+
+    Counters are named by their columns (`unfinished`, `permits_in_use`, `rate_reserved`, or any
+    counter a migration adds to the usage tables); a change without an application id counts
+    on the queue's row only."""
 
     def __init__(self) -> None:
-        self.queues: dict[str, Delta] = defaultdict(Delta)
-        self.apps: dict[str, Delta] = defaultdict(Delta)
+        self.queues: dict[str, dict[str, int]] = defaultdict(dict)
+        self.apps: dict[str, dict[str, int]] = defaultdict(dict)
         self.windows: dict[str, tuple[datetime | None, int]] = {}
         self.starts: dict[str, tuple[int, int, datetime]] = {}
 
-    def add(self, queue_id: str, application_id: str, *, unfinished: int = 0, permits: int = 0,
-            reserved: int = 0) -> None:
-        for d in (self.queues[queue_id], self.apps[application_id]):
-            d.unfinished += unfinished
-            d.permits += permits
-            d.reserved += reserved
+    def add(self, queue_id: str, application_id: str | None, **counters: int) -> None:
+        rows = (self.queues[queue_id],) if application_id is None else (self.queues[queue_id],
+                                                                         self.apps[application_id])
+        for row in rows:
+            for column, n in counters.items():
+                row[column] = row.get(column, 0) + n
 
     def merge(self, other: UsageChanges) -> None:
-        for qid, d in other.queues.items():
-            self.queues[qid].add(d)
-        for aid, d in other.apps.items():
-            self.apps[aid].add(d)
+        for qid, counters in other.queues.items():
+            self.add(qid, None, **counters)
+        for aid, counters in other.apps.items():
+            for column, n in counters.items():
+                self.apps[aid][column] = self.apps[aid].get(column, 0) + n
         self.windows.update(other.windows)
 
     def set_window(self, queue_id: str, start: datetime | None, used: int) -> None:
@@ -110,9 +99,9 @@ class UsageChanges:
 
     async def apply(self, tx: Tx) -> None:
         for qid in sorted(set(self.queues) | set(self.windows) | set(self.starts)):
-            d = self.queues.get(qid, Delta())
-            sets, params = _delta_sets(d)
-            if d.permits < 0:
+            counters = self.queues.get(qid, {})
+            sets, params = _counter_sets(counters)
+            if counters.get("permits_in_use", 0) < 0:
                 # A claim that planned before locking this row re-times its leases after this.
                 now = await tx.now()
                 sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
@@ -130,7 +119,7 @@ class UsageChanges:
             if sets:
                 await tx.defer(Stmt(f"UPDATE queue_usage SET {', '.join(sets)} WHERE queue_id = ?", [*params, qid]))
         for aid in sorted(self.apps):
-            sets, params = _delta_sets(self.apps[aid])
+            sets, params = _counter_sets(self.apps[aid])
             if sets:
                 await tx.defer(Stmt(f"UPDATE application_usage SET {', '.join(sets)} WHERE application_id = ?",
                                     [*params, aid]))
@@ -148,13 +137,13 @@ COUNT_STARTS_START = ("rate_window_start = CASE WHEN rate_window_start + INTERVA
                       "THEN rate_window_start ELSE ? END")
 
 
-def _delta_sets(d: Delta) -> tuple[list[str], list[int]]:
+def _counter_sets(counters: dict[str, int]) -> tuple[list[str], list[Any]]:
     sets: list[str] = []
-    params: list[int] = []
-    for col, value in (("unfinished", d.unfinished), ("permits_in_use", d.permits), ("rate_reserved", d.reserved)):
-        if value:
-            sets.append(f"{col} = {col} + ?")
-            params.append(value)
+    params: list[Any] = []
+    for column in sorted(counters):
+        if counters[column]:
+            sets.append(f"{column} = {column} + ?")
+            params.append(counters[column])
     return sets, params
 
 
