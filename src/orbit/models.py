@@ -114,6 +114,12 @@ class ConfigureQueueRequest(StrictRequest):
     max_unfinished_tasks: int = Field(ge=1, le=1_000_000)
 
 
+# A queue's controls are the fields a configure replaces all at once; the server stores each in
+# the column of its name and returns it on the queue object.
+QUEUE_CONTROLS: tuple[str, ...] = tuple(
+    name for name in ConfigureQueueRequest.model_fields if name not in ("expected_revision", "reason"))
+
+
 class RetireQueueRequest(StrictRequest):
     """Body of `POST /v1/queues/{queue_id}:retire`."""
 

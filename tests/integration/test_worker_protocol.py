@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from orbit.server.app import create_app
 from orbit.server.config import Settings
-from orbit.server.errors import OrbitError
+from orbit.server.errors import DomainError
 from orbit.server.services import dispatch
 from orbit.server.store.tables import queue_usage
 
@@ -409,7 +409,7 @@ async def test_claims_of_several_queues_share_a_transaction_and_each_queue_keeps
     replies = await dispatch.claim_many(tenant.db, commands)
     assert [len(r["tasks"]) if isinstance(r, dict) else 0 for r in replies] == [1, 2, 2, 0, 0]
     assert [t["task_id"] for t in replies[1]["tasks"]] == roomy_ids
-    assert isinstance(replies[4], OrbitError) and replies[4].code == "NOT_FOUND"
+    assert isinstance(replies[4], DomainError) and replies[4].code == "NOT_FOUND"
     for q, permits in ((one_permit, 1), (roomy, 2), (slow, 2)):
         u = await usage(tenant, q["id"])
         assert (u["permits_in_use"], u["rate_reserved"]) == (permits, permits), (q["name"], u)

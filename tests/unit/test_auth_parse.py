@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orbit.server.core.ids import new_id
-from orbit.server.errors import OrbitError
+from orbit.server.errors import DomainError
 from orbit.server.services.auth import hash_secret, new_token, parse_authorization, parse_token
 
 CID = "0" * 31 + "1"
@@ -111,7 +111,7 @@ def test_parse_authorization_valid(header):
     ],
 )
 def test_parse_authorization_unauthenticated(header):
-    with pytest.raises(OrbitError) as err:
+    with pytest.raises(DomainError) as err:
         parse_authorization(header)
     assert err.value.code == "UNAUTHENTICATED"
 
@@ -119,7 +119,7 @@ def test_parse_authorization_unauthenticated(header):
 def test_errors_never_echo_the_token():
     secret = "s3cr3t-value-that-must-not-leak"
     for header in (f"Bearer orb_{'g' * 32}_{secret}", f"Basic {secret}", f"Bearer orb_{CID}_{secret * 20}"):
-        with pytest.raises(OrbitError) as err:
+        with pytest.raises(DomainError) as err:
             parse_authorization(header)
         assert secret not in err.value.message
 
@@ -129,7 +129,7 @@ def test_errors_never_echo_the_token():
 def test_parse_authorization_is_tuple_or_401(header):
     try:
         cid, secret = parse_authorization(header)
-    except OrbitError as exc:
+    except DomainError as exc:
         assert exc.code == "UNAUTHENTICATED"
     else:
         assert len(cid) == 32 and secret

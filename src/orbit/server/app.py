@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .config import Settings
 from .core.ids import new_id
 from .envelope import error_body
-from .errors import OrbitError, invalid_argument
+from .errors import DomainError, invalid_argument
 from .http import health, queues, tasks
 from .http.common import error_response
 from .http.openapi import install_openapi
@@ -118,7 +118,7 @@ class SubmitFastPath:
                 request = Request(scope, receive)
                 try:
                     response = await tasks.submit_task(request, queue_id)
-                except OrbitError as exc:
+                except DomainError as exc:
                     response = await self._handler(exc)(request, exc)
                 await response(scope, receive, send)
                 return
@@ -132,8 +132,8 @@ class SubmitFastPath:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(OrbitError)
-    async def _orbit_error(request: Request, exc: OrbitError):
+    @app.exception_handler(DomainError)
+    async def _orbit_error(request: Request, exc: DomainError):
         return error_response(request, exc)
 
     @app.exception_handler(RequestValidationError)
@@ -147,7 +147,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 404:
-            return error_response(request, OrbitError("NOT_FOUND", "no such route"))
+            return error_response(request, DomainError("NOT_FOUND", "no such route"))
         if exc.status_code == 405:
             allow = (exc.headers or {}).get("Allow")
             return error_response(request, invalid_argument("method not allowed on this route"), status=405,

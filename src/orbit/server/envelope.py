@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from .errors import OrbitError
+from .errors import DomainError
 
 STATUS = {
     "INVALID_ARGUMENT": 400,
@@ -26,7 +26,7 @@ STATUS = {
 }
 
 
-def status_of(error: OrbitError) -> int:
+def status_of(error: DomainError) -> int:
     return STATUS.get(error.code, 500)
 
 

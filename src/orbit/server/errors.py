@@ -1,6 +1,6 @@
 """The error vocabulary of the domain: a code from the spec, a message for people, details.
 
-Services raise (or, in grouped worker commands, return) `OrbitError`; `http/` maps the
+Services raise (or, in grouped worker commands, return) `DomainError`; `http/` maps the
 code to a status and an envelope, `ws/` to an error reply. Nothing here knows a protocol.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 
-class OrbitError(Exception):
+class DomainError(Exception):
     """A refusal; `retry_after_ms` says when a retry may succeed (rate, pause, overload)."""
 
     def __init__(self, code: str, message: str, *, details: dict[str, Any] | None = None,
@@ -23,10 +23,10 @@ class OrbitError(Exception):
         self.retry_after_ms = retry_after_ms
 
     def __repr__(self) -> str:
-        return f"OrbitError({self.code!r}, {self.message!r})"
+        return f"DomainError({self.code!r}, {self.message!r})"
 
 
-class DatabaseUnavailable(OrbitError):
+class DatabaseUnavailable(DomainError):
     """The database could not be reached or kept refusing; safe to retry with the same identity.
     `reason` is for the logs: clients hear the same UNAVAILABLE whatever it was."""
 
@@ -36,53 +36,53 @@ class DatabaseUnavailable(OrbitError):
         self.reason = reason
 
 
-def invalid_argument(message: str, field: str | None = None, **details: Any) -> OrbitError:
+def invalid_argument(message: str, field: str | None = None, **details: Any) -> DomainError:
     d = dict(details)
     if field is not None:
         d["field"] = field
-    return OrbitError("INVALID_ARGUMENT", message, details=d or None)
+    return DomainError("INVALID_ARGUMENT", message, details=d or None)
 
 
-def unauthenticated(message: str = "missing, malformed, unknown or revoked bearer token") -> OrbitError:
-    return OrbitError("UNAUTHENTICATED", message)
+def unauthenticated(message: str = "missing, malformed, unknown or revoked bearer token") -> DomainError:
+    return DomainError("UNAUTHENTICATED", message)
 
 
-def permission_denied(message: str) -> OrbitError:
-    return OrbitError("PERMISSION_DENIED", message)
+def permission_denied(message: str) -> DomainError:
+    return DomainError("PERMISSION_DENIED", message)
 
 
-def not_found(what: str = "resource") -> OrbitError:
-    return OrbitError("NOT_FOUND", f"{what} not found")
+def not_found(what: str = "resource") -> DomainError:
+    return DomainError("NOT_FOUND", f"{what} not found")
 
 
-def state_conflict(message: str, **details: Any) -> OrbitError:
-    return OrbitError("STATE_CONFLICT", message, details=details or None)
+def state_conflict(message: str, **details: Any) -> DomainError:
+    return DomainError("STATE_CONFLICT", message, details=details or None)
 
 
-def idempotency_conflict() -> OrbitError:
-    return OrbitError("IDEMPOTENCY_CONFLICT", "the idempotency key was already used with different content")
+def idempotency_conflict() -> DomainError:
+    return DomainError("IDEMPOTENCY_CONFLICT", "the idempotency key was already used with different content")
 
 
-def queue_full() -> OrbitError:
-    return OrbitError("QUEUE_FULL", "queue unfinished task limit reached; retry later using the original identity",
+def queue_full() -> DomainError:
+    return DomainError("QUEUE_FULL", "queue unfinished task limit reached; retry later using the original identity",
                       retry_after_ms=1000)
 
 
-def application_full() -> OrbitError:
-    return OrbitError("APPLICATION_FULL",
+def application_full() -> DomainError:
+    return DomainError("APPLICATION_FULL",
                       "application unfinished task quota reached; retry later using the original identity",
                       retry_after_ms=1000)
 
 
-def payload_too_large(limit: int) -> OrbitError:
-    return OrbitError("PAYLOAD_TOO_LARGE", f"request body exceeds the {limit}-byte limit")
+def payload_too_large(limit: int) -> DomainError:
+    return DomainError("PAYLOAD_TOO_LARGE", f"request body exceeds the {limit}-byte limit")
 
 
-def unsupported_media_type() -> OrbitError:
-    return OrbitError("UNSUPPORTED_MEDIA_TYPE", "requests with a body must send Content-Type: application/json")
+def unsupported_media_type() -> DomainError:
+    return DomainError("UNSUPPORTED_MEDIA_TYPE", "requests with a body must send Content-Type: application/json")
 
 
-def describe_validation_error(exc: ValidationError) -> OrbitError:
+def describe_validation_error(exc: ValidationError) -> DomainError:
     """Turn the first pydantic error into a message that names the field."""
     err = exc.errors(include_url=False)[0]
     field = ".".join(str(p) for p in err.get("loc", ())) or None

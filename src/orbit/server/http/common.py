@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from ..._rules import is_idempotency_key
 from ..envelope import error_body, status_of
 from ..errors import (
-    OrbitError,
+    DomainError,
     describe_validation_error,
     invalid_argument,
     payload_too_large,
@@ -41,7 +41,7 @@ def json_response(request: Request, data: Any, status: int = 200, headers: dict[
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-def error_response(request: Request, exc: OrbitError, *, status: int | None = None,
+def error_response(request: Request, exc: DomainError, *, status: int | None = None,
                    headers: dict[str, str] | None = None) -> Response:
     headers = dict(headers or {})
     if exc.retry_after_ms is not None:
@@ -122,7 +122,7 @@ class Call:
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if self.verified or not isinstance(exc, OrbitError):
+        if self.verified or not isinstance(exc, DomainError):
             return False
         key = TokenCache.key(self._header)
         if exc.code == "UNAUTHENTICATED":
@@ -130,12 +130,12 @@ class Call:
             return False
         try:
             await authenticate(self.node.db, self._header)
-        except OrbitError:
+        except DomainError:
             self.node.tokens.forget(key)
             raise
         return False
 
-    def revocation_checked(self, error: OrbitError | None) -> None:
+    def revocation_checked(self, error: DomainError | None) -> None:
         """The service's transaction checked the token's revocation: nothing is left to confirm,
         and a token it found revoked leaves the cache."""
         if error is not None and error.code == "UNAUTHENTICATED":

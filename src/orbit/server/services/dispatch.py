@@ -6,7 +6,7 @@ in one order everywhere: task rows (sorted), then lease rows, then usage rows
 (sorted, queues before applications). A claim holds its queue's usage row
 first and only skip-locks task rows, so it never waits behind that order.
 
-Each command's result is a dict of its answer's fields, or an `OrbitError`; the
+Each command's result is a dict of its answer's fields, or an `DomainError`; the
 rules are in `core/lease.py` and `core/limits.py`.
 """
 
@@ -26,7 +26,7 @@ from ..core.lease import DEFAULT_LEASE_MS, ENDED, HEARTBEAT_MS, LEASED, MAX_LATE
 from ..core.limits import QueueLimits, count_starts, grant_size, grant_still_fits
 from ..core.rate_window import RateWindow, authorize_start
 from ..core.timefmt import format_ts
-from ..errors import OrbitError
+from ..errors import DomainError
 from ..store.db import Database
 from ..store.dialect import PlanNoLongerHolds
 from ..store.queries import claims as claim_q
@@ -42,7 +42,7 @@ from .outbox import Event, emit_many
 
 __all__ = ["DEFAULT_LEASE_MS", "MAX_LEASE_MS", "HEARTBEAT_MS", "LEASED", "RUNNING", "ENDED"]
 
-Result = dict[str, Any] | OrbitError
+Result = dict[str, Any] | DomainError
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ class WorkerIdentity:
     server_node_id: str
 
 
-def _refused(r: rules.Refusal) -> OrbitError:
-    return OrbitError(r.code, r.message, retry_after_ms=r.retry_after_ms)
+def _refused(r: rules.Refusal) -> DomainError:
+    return DomainError(r.code, r.message, retry_after_ms=r.retry_after_ms)
 
 
-def _no_such_lease() -> OrbitError:
-    return OrbitError("NOT_FOUND", "no such lease for this credential")
+def _no_such_lease() -> DomainError:
+    return DomainError("NOT_FOUND", "no such lease for this credential")
 
 
 def _j(text: str | None) -> Any:
@@ -166,9 +166,9 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
             if replies[i] is not None:
                 continue
             if q is None or q["namespace_id"] != c.who.principal.namespace_id:
-                replies[i] = OrbitError("NOT_FOUND", "queue not found")
+                replies[i] = DomainError("NOT_FOUND", "queue not found")
             elif q["retired_at"] is not None:
-                replies[i] = OrbitError("STATE_CONFLICT", "the queue is retired")
+                replies[i] = DomainError("STATE_CONFLICT", "the queue is retired")
             elif q["paused"]:
                 replies[i] = {"tasks": []}
             else:
@@ -529,7 +529,7 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
         decision = authorize_start(windows[qid], int(controls[qid]["rate_per_second"]), now, reserved=reserved)
         if not decision.allowed:
             rate_limited = True
-            replies.append(OrbitError("RATE_LIMITED", "the queue's Start rate is exhausted for this window",
+            replies.append(DomainError("RATE_LIMITED", "the queue's Start rate is exhausted for this window",
                                       retry_after_ms=decision.retry_after_ms))
             continue
         windows[qid] = decision.window

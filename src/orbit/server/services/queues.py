@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...models import ConfigureQueueRequest, CreateQueueRequest, RetireQueueRequest
+from ...models import QUEUE_CONTROLS, ConfigureQueueRequest, CreateQueueRequest, RetireQueueRequest
 from ..core.ids import is_id, new_id
 from ..core.timefmt import format_ts
 from ..errors import not_found, state_conflict
@@ -23,11 +23,9 @@ from .outbox import Actor, emit, write_audit
 
 DEFAULT_MAX_UNFINISHED_TASKS = 100_000
 
-# Every control of a queue, declared once by the API: the fields a configure replaces all at
-# once. Each is stored in the column of its name and returned on the queue object.
-CONTROLS = {name: (bool if field.annotation is bool else int)
-            for name, field in ConfigureQueueRequest.model_fields.items()
-            if name not in ("expected_revision", "reason")}
+# Every control of a queue (declared once, by the API's models), with its JSON type.
+CONTROLS = {name: (bool if ConfigureQueueRequest.model_fields[name].annotation is bool else int)
+            for name in QUEUE_CONTROLS}
 
 
 # What a new queue starts with where its create request says nothing: not paused, and the

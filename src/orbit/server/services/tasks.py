@@ -23,7 +23,7 @@ from ..core.ids import is_id, new_id
 from ..core.limits import QUEUE_FULL, Backlog, admit_in_order
 from ..core.timefmt import format_ts, parse_rfc3339
 from ..errors import (
-    OrbitError,
+    DomainError,
     application_full,
     describe_validation_error,
     idempotency_conflict,
@@ -152,7 +152,7 @@ class SubmitCommand:
     digest: str
     req: SubmitTaskRequest | None
     raw: dict[str, Any] | None = None
-    error: OrbitError | None = None
+    error: DomainError | None = None
 
 
 def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
@@ -181,7 +181,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
         err = describe_validation_error(exc)
         err = invalid_argument(f"tasks[{index}].{err.message}", f"tasks[{index}].{(err.details or {}).get('field', '')}".rstrip("."))
         return SubmitCommand(key if isinstance(key, str) else "", "", None, error=err)
-    except OrbitError as exc:
+    except DomainError as exc:
         return SubmitCommand(parsed.idempotency_key, "", None, error=invalid_argument(f"tasks[{index}].{exc.message}", f"tasks[{index}].payload"))
     return SubmitCommand(parsed.idempotency_key, submit_digest(queue_id, fields), req, fields)
 
@@ -189,7 +189,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
 @dataclass
 class Admission:
     outcome: Outcome | None = None
-    error: OrbitError | None = None
+    error: DomainError | None = None
 
 
 def _new_task_row(
@@ -332,7 +332,7 @@ async def admit(
         except TimeRuleError as exc:
             results[i] = Admission(error=invalid_argument(str(exc), exc.field))
             continue
-        except OrbitError as exc:
+        except DomainError as exc:
             results[i] = Admission(error=exc)
             continue
         first_digest[cmd.key] = cmd.digest  # a refused item leaves its key free for a later one
@@ -379,7 +379,7 @@ async def _take_slots(tx: Tx, principal: Principal, queue_id: str, n: int, *, al
     raise _full(refused)
 
 
-def _full(refused: str) -> OrbitError:
+def _full(refused: str) -> DomainError:
     return queue_full() if refused == QUEUE_FULL else application_full()
 
 

@@ -1,12 +1,22 @@
-"""Table definitions used by queries. The schema itself is created by migrations."""
+"""The tables as SQLAlchemy Core sees them: which columns hold timestamps (store/tx.py), and the
+Core statements of tests and tools. The schema itself is created by the migrations."""
 
 from __future__ import annotations
 
 from sqlalchemy import Column, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
 
+from ...models import QUEUE_CONTROLS, ConfigureQueueRequest
 from .types import AsciiKey, Bool, Hash, Id, JsonText, Name, Seq, Short, Ts, U32, U64, Utf8Text
 
 metadata = MetaData()
+
+
+def _queue_controls() -> list[Column]:
+    """One column per control of a queue, named as the API names it (their exact SQL types are
+    the migrations'; Core only needs the names)."""
+    fields = ConfigureQueueRequest.model_fields
+    return [Column(name, Bool if fields[name].annotation is bool else U64, nullable=False) for name in QUEUE_CONTROLS]
+
 
 applications = Table(
     "applications",
@@ -55,10 +65,7 @@ queues = Table(
     Column("id", Id, primary_key=True),
     Column("namespace_id", Id, nullable=False),
     Column("name", Name, nullable=False),
-    Column("paused", Bool, nullable=False),
-    Column("max_concurrency", U32, nullable=False),
-    Column("rate_per_second", U32, nullable=False),
-    Column("max_unfinished_tasks", U32, nullable=False),
+    *_queue_controls(),
     Column("revision", U64, nullable=False),
     Column("retired_at", Ts, nullable=True),
     Column("created_at", Ts, nullable=False),

@@ -20,11 +20,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from sqlalchemy import DateTime
-
 from .dialect import BAD_NULL, DUPLICATE_KEY, MYSQL, mysql_error_code
 from .literals import Literals
-from .tables import metadata
 
 
 class Stmt(NamedTuple):
@@ -36,11 +33,13 @@ class Stmt(NamedTuple):
     sqlite: str | None = None
 
 
-# Columns read back as datetimes; SQLite stores them as text in this format (text order = time order).
-TIMESTAMPS = frozenset(
-    {c.name for t in metadata.tables.values() for c in t.c if isinstance(c.type, DateTime)} | {"db_now"}
-)
-_SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"
+_SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # how SQLite stores timestamps as text (text order = time order)
+
+
+def is_timestamp_column(name: str) -> bool:
+    """Timestamp columns are named `…_at`, `…_start` or `time` (checked against the schema by
+    tests/integration/test_store_columns.py); on SQLite they are read back from text."""
+    return name.endswith(("_at", "_start")) or name in ("time", "db_now")
 _MYSQL_TOKENS = {"{FOR_UPDATE}": " FOR UPDATE", "{SKIP_LOCKED}": " FOR UPDATE SKIP LOCKED",
                  "{SHARE}": " LOCK IN SHARE MODE", "{NOW}": "NOW(6)"}
 _SQLITE_TOKENS = {"{FOR_UPDATE}": "", "{SKIP_LOCKED}": "", "{SHARE}": ""}
@@ -75,7 +74,7 @@ def _sqlite_param(value: Any) -> Any:
 
 def _sqlite_rows(names: list[str], raw: list[Any]) -> list[dict[str, Any]]:
     rows = [dict(zip(names, r)) for r in raw]
-    stamps = [n for n in names if n in TIMESTAMPS]
+    stamps = [n for n in names if is_timestamp_column(n)]
     if stamps:
         for r in rows:
             for col in stamps:

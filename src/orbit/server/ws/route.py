@@ -6,14 +6,14 @@ from fastapi import APIRouter, WebSocket
 from fastapi.responses import Response
 
 from ..envelope import error_body, status_of
-from ..errors import OrbitError
+from ..errors import DomainError
 from ..services.auth import authenticate
 from .session import WorkerSession
 
 router = APIRouter()
 
 
-async def _deny(ws: WebSocket, error: OrbitError) -> None:
+async def _deny(ws: WebSocket, error: DomainError) -> None:
     """Refuse the upgrade with an HTTP error envelope where the server supports it."""
     status = status_of(error)
     body = error_body("", error.code, error.message)
@@ -29,7 +29,7 @@ async def connect(ws: WebSocket) -> None:
     try:
         who = await authenticate(node.db, ws.headers.get("authorization"))
         who.require("worker")
-    except OrbitError as exc:  # DatabaseUnavailable included: 503
+    except DomainError as exc:  # DatabaseUnavailable included: 503
         await _deny(ws, exc)
         return
     await ws.accept()

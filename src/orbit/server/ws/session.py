@@ -22,7 +22,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..._rules import IDEMPOTENCY_KEY_RE
 from ..core.ids import is_id, new_id
-from ..errors import DatabaseUnavailable, OrbitError
+from ..errors import DatabaseUnavailable, DomainError
 from ..services import dispatch, workers
 from ..services.auth import Principal
 from .corked import SEND_TEXT_NOW
@@ -41,13 +41,13 @@ def _debug_enabled() -> bool:
     return logging.getLogger("orbit.ws").isEnabledFor(logging.DEBUG)
 
 
-def _unavailable() -> OrbitError:
-    return OrbitError("UNAVAILABLE", "temporarily unavailable; resend the same message id", retry_after_ms=1000)
+def _unavailable() -> DomainError:
+    return DomainError("UNAVAILABLE", "temporarily unavailable; resend the same message id", retry_after_ms=1000)
 
 
 def reply_frame(msg_id: str, result: dispatch.Result) -> dict[str, Any]:
     """The one place a command's result becomes its reply frame."""
-    if isinstance(result, OrbitError):
+    if isinstance(result, DomainError):
         error: dict[str, Any] = {"code": result.code, "message": result.message}
         if result.retry_after_ms is not None:
             error["retry_after_ms"] = int(result.retry_after_ms)
@@ -55,8 +55,8 @@ def reply_frame(msg_id: str, result: dispatch.Result) -> dict[str, Any]:
     return {"reply_to": msg_id, "ok": True, **result}
 
 
-def _invalid(message: str) -> OrbitError:
-    return OrbitError("INVALID_ARGUMENT", message)
+def _invalid(message: str) -> DomainError:
+    return DomainError("INVALID_ARGUMENT", message)
 
 
 def _int(frame: dict[str, Any], name: str, lo: int, hi: int, default: int | None = None) -> int:
@@ -73,7 +73,7 @@ def _id_field(frame: dict[str, Any], name: str) -> str:
     if not isinstance(value, str):
         raise _invalid(f"{name}: is required")
     if not is_id(value):
-        raise OrbitError("NOT_FOUND", f"{name}: no such {name.removesuffix('_id')}")
+        raise DomainError("NOT_FOUND", f"{name}: no such {name.removesuffix('_id')}")
     return value
 
 
@@ -185,7 +185,7 @@ class WorkerSession:
                 kind = frame.get("type")
                 try:
                     self._check(frame, kind)
-                except OrbitError as exc:
+                except DomainError as exc:
                     self._answer(msg_id, exc)
                     continue
                 await self._in_flight.acquire()
@@ -213,14 +213,14 @@ class WorkerSession:
             unknown = sorted(set(frame) - _KEYS[kind])
             raise _invalid(f"{unknown[0]}: is not a known field")
         if self.identity is None and kind != "hello" and kind != "ping":
-            raise OrbitError("STATE_CONFLICT", "send hello first")
+            raise DomainError("STATE_CONFLICT", "send hello first")
 
     def _command(self, frame: dict[str, Any], msg_id: str, kind: str) -> None:
         """Queue a grouped command; its reply is written when its transaction ends."""
         started = time.perf_counter()
         try:
             fut, lease_id = self._grouped[kind](frame, msg_id)
-        except OrbitError as exc:
+        except DomainError as exc:
             self._in_flight.release()
             self._answer(msg_id, exc)
             return
@@ -246,7 +246,7 @@ class WorkerSession:
             result = _unavailable()
         self._answer(msg_id, result)
         if self._log_frames:
-            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, OrbitError),
+            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, DomainError),
                       latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
     async def _handle(self, frame: dict[str, Any], msg_id: str, kind: str) -> None:
@@ -255,7 +255,7 @@ class WorkerSession:
             result = await self._handlers[kind](frame, msg_id)
         except DatabaseUnavailable:
             result = _unavailable()
-        except OrbitError as exc:
+        except DomainError as exc:
             result = exc
         except asyncio.CancelledError:
             raise
@@ -264,7 +264,7 @@ class WorkerSession:
             result = _unavailable()
         await self.send(reply_frame(msg_id, result))
         if self._log_frames:
-            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, OrbitError),
+            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, DomainError),
                       latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
     # ------------------------------------------------------------ commands
@@ -274,7 +274,7 @@ class WorkerSession:
 
     async def _on_hello(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
         if self.identity is not None:
-            raise OrbitError("STATE_CONFLICT", "hello was already sent on this session")
+            raise DomainError("STATE_CONFLICT", "hello was already sent on this session")
         node_id = frame.get("node_id")
         if not isinstance(node_id, str) or not 1 <= len(node_id) <= 128 or not node_id.isprintable():
             raise _invalid("node_id: must be 1-128 printable characters")
@@ -286,10 +286,10 @@ class WorkerSession:
             raise _invalid("sdk: must be a string of at most 256 characters")
         for q in queues:
             if not is_id(q) or not self.principal.can_see_queue(q):
-                raise OrbitError("NOT_FOUND", f"queues: queue {q!r} not found")
+                raise DomainError("NOT_FOUND", f"queues: queue {q!r} not found")
         missing = await workers.missing_queues(self.hub.db, self.principal.namespace_id, queues)
         if missing:
-            raise OrbitError("NOT_FOUND", f"queues: queue {missing[0]!r} not found")
+            raise DomainError("NOT_FOUND", f"queues: queue {missing[0]!r} not found")
         self.queues = set(queues)
         self.identity = dispatch.WorkerIdentity(self.principal, self.session_id, node_id[:64], self.hub.instance_id)
         self.hub.register(self)
@@ -305,7 +305,7 @@ class WorkerSession:
     async def _on_claim(self, frame: dict[str, Any], msg_id: str) -> dispatch.Result:
         queue_id = _id_field(frame, "queue_id")
         if not self.principal.can_see_queue(queue_id):
-            raise OrbitError("NOT_FOUND", "queue not found")
+            raise DomainError("NOT_FOUND", "queue not found")
         max_tasks = _int(frame, "max_tasks", 1, 100, 1)
         lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
         wait_ms = _int(frame, "wait_ms", 0, 30_000, 0)
@@ -318,7 +318,7 @@ class WorkerSession:
                 return {"tasks": []}
             reply = await self.hub.claims.submit(
                 self._claim_group, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
-            if isinstance(reply, OrbitError):
+            if isinstance(reply, DomainError):
                 return reply
             if reply["tasks"]:
                 self._remember(reply["tasks"])
@@ -384,7 +384,7 @@ class WorkerSession:
 
     def _freed(self, lease_id: str, result: dispatch.Result) -> None:
         """A permit may have been freed: wake long polls of this session's queues on this node."""
-        if not isinstance(result, OrbitError):
+        if not isinstance(result, DomainError):
             self._granted.pop(lease_id, None)
         for q in self.queues:
             self.hub.notifier.notify(q, 1)
