@@ -1,7 +1,7 @@
 """Orbit benchmark suite: one command, everything on loopback, bounded in time.
 
     python -m bench                 # = --quick: small sizes, a few minutes
-    python -m bench --full          # the sizes of issue 6 (100,000-task drains, 1,000,000-task backlog, 10,000 queues)
+    python -m bench --full          # the targets' sizes (100,000-task drains, 1,000,000-task backlog, 10,000 queues)
     python -m bench --only drain --only latency --peers celery
     python -m bench --list
 
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small sizes, a few minutes (the default)")
-    size.add_argument("--full", action="store_true", help="the sizes of issue 6")
+    size.add_argument("--full", action="store_true", help="the targets' sizes")
     ap.add_argument("--only", action="append", default=[], metavar="SCENARIO",
                     help=f"run only these (repeat or comma-separate): {', '.join(suite.SCENARIOS)}")
     ap.add_argument("--peers", default="celery,procrastinate",

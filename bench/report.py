@@ -1,4 +1,4 @@
-"""The printed table: results, Orbit/peer ratios, the database ceiling fraction and issue 6's targets."""
+"""The printed table: results, Orbit/peer ratios, the database ceiling fraction and the performance targets."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def render(data: dict[str, Any], order: list[str]) -> str:
         if batch_ceiling and batch:
             out.append(f"orbit batch submit / 500-row INSERT ceiling        {batch / batch_ceiling:>10.3f}")
 
-    # ---- issue 6 targets
+    # ---- performance targets
     tg: list[tuple[str, float | None, str, bool | None]] = []
     if drain is not None:
         tg.append(("end-to-end drain, 1 node (tasks/s)", drain, ">= 5,000", drain >= 5000))
@@ -151,6 +151,6 @@ def render(data: dict[str, Any], order: list[str]) -> str:
             out.append(f"{label:<52} {_fmt(round(v, 2)):>10} {target:>10}  {'yes' if met else 'NO'}")
     if data["mode"] == "quick":
         out.append("")
-        out.append("(--quick sizes: the issue's figures are for --full; a quick backlog stops at "
+        out.append("(--quick sizes: the targets' figures are for --full; a quick backlog stops at "
                    f"{max(data['sizes']['backlogs']):,} waiting tasks)")
     return "\n".join(out)

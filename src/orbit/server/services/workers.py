@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..core.lease import ENDED
 from ..store.db import Database
 from ..store.queries import credentials as cred_q
 from ..store.queries import leases as lease_q
 from ..store.queries import queues as queue_q
-
-ENDED = "ENDED"  # a lease that no longer grants its task
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,21 @@
-"""Set-based row changes: one statement per shape instead of one per row.
-
-Group commits change many rows with mostly equal values; columns whose values
-differ between rows become `CASE id WHEN … THEN … END`. The result is the same
-as updating each row on its own, in a handful of round trips.
-"""
+"""Set-based writes shared by the query modules: many rows in a handful of statements."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
+from ..dialect import RetryTransaction, is_duplicate_key
 from ..tx import Stmt, Tx, placeholders
 
 _MAX_ROWS_PER_STATEMENT = 500
 
 
 async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> None:
-    """Update rows of `table` keyed by `id`; `rows` maps id -> {column: value}."""
+    """Update rows of `table` keyed by `id`; `rows` maps id -> {column: value}. Group commits
+    change many rows with mostly equal values: columns whose values differ between rows become
+    `CASE id WHEN … THEN … END`, the same as updating each row on its own."""
     shapes: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for k, values in rows.items():
         if values:
@@ -39,3 +38,17 @@ async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> No
             params.extend(chunk)
             await tx.defer(Stmt(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})",
                                 params))
+
+
+async def insert_once(tx: Tx, stmt: Stmt, rows: Sequence[Sequence[Any]], *, deferred: bool) -> None:
+    """Insert rows whose keys were found free earlier in the transaction, now or (`deferred`) with
+    the next round trip. A concurrent transaction that took a key meanwhile fails the insert on
+    the primary key (here, or with the round trip that carries it): the transaction then runs
+    again and finds what that one committed."""
+    tx.duplicate_key_means(RetryTransaction)
+    try:
+        await (tx.defer_rows if deferred else tx.insert_rows)(stmt, rows)
+    except Exception as exc:
+        if is_duplicate_key(exc):
+            raise RetryTransaction() from exc
+        raise

@@ -6,27 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..dialect import RetryTransaction, is_duplicate_key
 from ..tx import Stmt, Tx
+from .bulk import insert_once
 
 _INSERT = Stmt("INSERT INTO worker_claims (credential_id, msg_id, response, created_at) VALUES (?, ?, ?, ?)")
 
 
 async def insert(tx: Tx, rows: Sequence[Sequence[Any]], *, deferred: bool) -> None:
-    """(credential id, message id, response, created at) receipts, now or (`deferred`) with the
-    next round trip. The same message claimed meanwhile by another transaction fails the insert
-    on the primary key (here or with the round trip that carries it): the transaction then runs
-    again and replays that claim."""
-    tx.duplicate_key_means(RetryTransaction)
-    if deferred:
-        await tx.defer_rows(_INSERT, rows)
-        return
-    try:
-        await tx.insert_rows(_INSERT, rows)
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            raise RetryTransaction() from exc
-        raise
+    """(credential id, message id, response, created at) receipts, now or with the next round
+    trip; the same message claimed meanwhile elsewhere makes the transaction replay that claim."""
+    await insert_once(tx, _INSERT, rows, deferred=deferred)
 
 
 def receipts(keys: list[tuple[str, str]]) -> Stmt:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..dialect import RetryTransaction, is_duplicate_key
 from ..tx import Stmt, Tx, placeholders
+from .bulk import insert_once
 
 _INSERT = Stmt("INSERT INTO idempotency_records (namespace_id, operation, idem_key, digest, resource_id, response, "
                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -45,17 +46,10 @@ def record(namespace_id: str, operation: str, key: str, response: str, resource_
 
 
 async def insert(tx: Tx, rows: Sequence[Sequence[Any]]) -> None:
-    """Finished records (namespace, operation, key, digest, resource id, response, created at), with
-    the next round trip, for keys found free earlier in the transaction. A concurrent request that
-    took one meanwhile fails the insert on the primary key (here, or with the later round trip that
-    carries it), and the transaction runs again and replays it."""
-    tx.duplicate_key_means(RetryTransaction)
-    try:
-        await tx.defer_rows(_INSERT, rows)
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            raise RetryTransaction() from exc
-        raise
+    """Finished records (namespace, operation, key, digest, resource id, response, created at) with
+    the next round trip, for keys found free earlier in the transaction; a key another request
+    took meanwhile makes the transaction run again and replay it."""
+    await insert_once(tx, _INSERT, rows, deferred=True)
 
 
 def delete(namespace_id: str, operation: str, key: str) -> Stmt:

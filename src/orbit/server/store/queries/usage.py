@@ -10,6 +10,7 @@ a refusal sets a NOT NULL column to NULL, which fails the statement before the C
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -52,32 +53,64 @@ def insert_application_row(application_id: str) -> Stmt:
                 "rate_window_used, rate_reserved) VALUES (?, 0, 0, NULL, 0, 0)", (application_id,))
 
 
+_KEPT = ("unfinished", "permits_in_use", "rate_reserved")  # the counters every usage row has
+
+
+class Counters:
+    """Changes to one usage row's counters: the three every queue keeps, plus any other a
+    migration adds (by column name)."""
+
+    __slots__ = ("unfinished", "permits_in_use", "rate_reserved", "other")
+
+    def __init__(self) -> None:
+        self.unfinished = self.permits_in_use = self.rate_reserved = 0
+        self.other: dict[str, int] | None = None
+
+    def absorb(self, changes: Iterable[tuple[str, int]]) -> None:
+        for column, n in changes:
+            if column in _KEPT:
+                setattr(self, column, getattr(self, column) + n)
+            else:
+                self.other = self.other or {}
+                self.other[column] = self.other.get(column, 0) + n
+
+    def items(self) -> list[tuple[str, int]]:
+        """(column, change) of every counter that changes, in a fixed order."""
+        out = [(c, n) for c, n in zip(_KEPT, (self.unfinished, self.permits_in_use, self.rate_reserved),
+                                      strict=True) if n]
+        if self.other:
+            out += [(c, self.other[c]) for c in sorted(self.other) if self.other[c]]
+        return out
+
+
 class UsageChanges:
     """Counter changes of one transaction, written to the usage rows together, last.
 
-    Counters are named by their columns (`unfinished`, `permits_in_use`, `rate_reserved`, or any
-    counter a migration adds to the usage tables); a change without an application id counts
-    on the queue's row only."""
+    Counters are named by their columns; a change without an application id counts on the
+    queue's row only."""
 
     def __init__(self) -> None:
-        self.queues: dict[str, dict[str, int]] = defaultdict(dict)
-        self.apps: dict[str, dict[str, int]] = defaultdict(dict)
+        self.queues: dict[str, Counters] = defaultdict(Counters)
+        self.apps: dict[str, Counters] = defaultdict(Counters)
         self.windows: dict[str, tuple[datetime | None, int]] = {}
         self.starts: dict[str, tuple[int, int, datetime]] = {}
 
-    def add(self, queue_id: str, application_id: str | None, **counters: int) -> None:
+    def add(self, queue_id: str, application_id: str | None, unfinished: int = 0, permits_in_use: int = 0,
+            rate_reserved: int = 0, **other: int) -> None:
         rows = (self.queues[queue_id],) if application_id is None else (self.queues[queue_id],
                                                                          self.apps[application_id])
         for row in rows:
-            for column, n in counters.items():
-                row[column] = row.get(column, 0) + n
+            row.unfinished += unfinished
+            row.permits_in_use += permits_in_use
+            row.rate_reserved += rate_reserved
+            if other:
+                row.absorb(other.items())
 
     def merge(self, other: UsageChanges) -> None:
         for qid, counters in other.queues.items():
-            self.add(qid, None, **counters)
+            self.queues[qid].absorb(counters.items())
         for aid, counters in other.apps.items():
-            for column, n in counters.items():
-                self.apps[aid][column] = self.apps[aid].get(column, 0) + n
+            self.apps[aid].absorb(counters.items())
         self.windows.update(other.windows)
 
     def set_window(self, queue_id: str, start: datetime | None, used: int) -> None:
@@ -99,9 +132,9 @@ class UsageChanges:
 
     async def apply(self, tx: Tx) -> None:
         for qid in sorted(set(self.queues) | set(self.windows) | set(self.starts)):
-            counters = self.queues.get(qid, {})
+            counters = self.queues.get(qid) or Counters()
             sets, params = _counter_sets(counters)
-            if counters.get("permits_in_use", 0) < 0:
+            if counters.permits_in_use < 0:
                 # A claim that planned before locking this row re-times its leases after this.
                 now = await tx.now()
                 sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
@@ -137,14 +170,9 @@ COUNT_STARTS_START = ("rate_window_start = CASE WHEN rate_window_start + INTERVA
                       "THEN rate_window_start ELSE ? END")
 
 
-def _counter_sets(counters: dict[str, int]) -> tuple[list[str], list[Any]]:
-    sets: list[str] = []
-    params: list[Any] = []
-    for column in sorted(counters):
-        if counters[column]:
-            sets.append(f"{column} = {column} + ?")
-            params.append(counters[column])
-    return sets, params
+def _counter_sets(counters: Counters) -> tuple[list[str], list[Any]]:
+    changes = counters.items()
+    return [f"{column} = {column} + ?" for column, _ in changes], [n for _, n in changes]
 
 
 # `core.limits.backlog_fits` in SQL, for the queue's and the application's usage rows.

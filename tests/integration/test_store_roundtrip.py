@@ -1,0 +1,47 @@
+"""Whatever a value is, it reads back as it was written through the store's write paths, on both
+backends: multi-row INSERTs and deferred UPDATEs, which on MySQL travel as text built with
+Orbit's own literals (`store/literals.py`) and on SQLite as parameters."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from hypothesis import strategies as st
+
+from orbit.server.core.ids import new_id
+from orbit.server.store.tx import Stmt
+
+from .test_usage_guards import run_examples
+
+TRICKY = st.sampled_from(['"', "'", "\\", "\\'", "''", "\0", "\n", "\r", "\032", "%", "%s", "%%", "\\%", "?",
+                          "{NOW}", "{FOR_UPDATE}", "'); DROP TABLE events; --", "é ü 𝄞 😀", ""])
+TEXT = st.one_of(TRICKY, st.text(max_size=40), st.lists(TRICKY, max_size=6).map("".join))
+# Up to 2**63 - 1: SQLite integers are signed 64-bit (Orbit's counters never come near).
+ROWS = st.lists(st.tuples(TEXT, st.integers(min_value=0, max_value=2**63 - 1)), min_size=1, max_size=8)
+CASES = st.tuples(ROWS, TEXT)
+INSERT = Stmt("INSERT INTO events (namespace_id, seq, type, time, resource_type, resource_id, data) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?)")
+
+
+async def _write_and_read(db, case: tuple[list[tuple[str, int]], str]) -> None:
+    rows, changed = case
+    ns = new_id()
+    when = datetime(2026, 12, 1, 12, 0, 0, 123456)
+    ids = [new_id() for _ in rows]
+
+    async def write(tx):
+        await tx.defer_rows(INSERT, [(ns, seq, "roundtrip", when, "t", rid, data)
+                                     for rid, (data, seq) in zip(ids, rows, strict=True)])
+        # A deferred UPDATE fills its parameters in (rather than a VALUES list) on MySQL.
+        await tx.defer(Stmt("UPDATE events SET data = ? WHERE namespace_id = ? AND resource_id = ?",
+                            (changed, ns, ids[0])))
+
+    await db.transaction(write)
+    got = await db.read(lambda tx: tx.rows(Stmt(
+        "SELECT seq, time, data FROM events WHERE namespace_id = ? ORDER BY id", (ns,))))
+    assert [(r["data"], int(r["seq"])) for r in got] == [(changed, rows[0][1]), *rows[1:]]
+    assert all(r["time"] == when for r in got)
+
+
+def test_values_read_back_as_they_were_written(db_url):
+    run_examples(db_url, _write_and_read, CASES, max_examples=150)
