@@ -16,10 +16,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..server.core.ids import is_id
 from ..server.core.permissions import ALL_PERMISSIONS, ALL_QUEUES, BOOTSTRAP_PERMISSIONS
 from ..server.core.timefmt import format_ts
+from ..server.errors import DatabaseUnavailable
 from ..server.services import tenancy
 from ..server.store import migrate as migrations
 from ..server.store.db import Database
-from ..server.errors import DatabaseUnavailable
 from .files import FileRefused, check_writable_target, write_secret_json
 
 

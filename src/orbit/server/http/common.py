@@ -23,8 +23,8 @@ from ..errors import (
 from ..node import Node
 from ..services.auth import Principal, TokenCache, authenticate, authenticate_for_write
 from ..services.idempotency import IdempotencyScope, Outcome, request_digest
-from ..services.queues import WriteRequest
 from ..services.outbox import Actor
+from ..services.queues import WriteRequest
 
 if TYPE_CHECKING:
     from ..store.db import Database

@@ -17,7 +17,8 @@ WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
     "",
     status_code=201,
     openapi_extra=body_spec(CreateQueueRequest),
-    responses={201: {"model": Envelope[CreateQueueResult]}, 200: {"model": Envelope[CreateQueueResult]}, **WRITE_ERRORS},
+    responses={201: {"model": Envelope[CreateQueueResult]}, 200: {"model": Envelope[CreateQueueResult]},
+               **WRITE_ERRORS},
     summary="Create a queue",
 )
 async def create_queue(request: Request):

@@ -15,7 +15,6 @@ from ...models import (
     Task,
     TaskPage,
 )
-
 from ..errors import invalid_argument
 from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest

@@ -436,7 +436,8 @@ def _fail_unstarted(w: _Writes, lease: dict[str, Any], task: dict[str, Any], now
     """A leased task whose deadline passed before its Start: end it FAILED, free permit and reservation."""
     _end_task_failed(w, task, now, code, message)
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome=code, reserved=False)
-    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1, rate_reserved=-1 if lease["reserved"] else 0)
+    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1,
+                rate_reserved=-1 if lease["reserved"] else 0)
     lease.update(state=ENDED, outcome=code)
 
 
@@ -744,7 +745,8 @@ def _release(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Complet
     if refusal is not None:
         return _refused(refusal)
     w.task(task["id"], state=states.WAITING, updated_at=now)
-    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1, rate_reserved=-1 if lease["reserved"] else 0)
+    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1,
+                rate_reserved=-1 if lease["reserved"] else 0)
     answer = {"task_state": states.WAITING}
     response = orjson.dumps(answer).decode()
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome="RELEASED", reserved=False,

@@ -104,7 +104,7 @@ async def prune(db: Database, retention: timedelta, batch: int = 1000) -> int:
     for batch_of in (idem_q.prune_records, idem_q.prune_worker_claims):
         while True:
 
-            async def one_batch(tx: Tx) -> int:
+            async def one_batch(tx: Tx, batch_of=batch_of) -> int:
                 cutoff = (await tx.now()) - retention
                 return await tx.count(batch_of(cutoff, batch))
 

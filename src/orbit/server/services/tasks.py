@@ -163,14 +163,16 @@ def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
 def check_payload_size(req: SubmitTaskRequest, limit: int) -> bytes:
     encoded = orjson.dumps(req.payload)
     if len(encoded) > limit:
-        raise invalid_argument(f"payload: serialized size {len(encoded)} bytes exceeds the {limit}-byte limit", "payload")
+        raise invalid_argument(f"payload: serialized size {len(encoded)} bytes exceeds the {limit}-byte limit",
+                               "payload")
     return encoded
 
 
 def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int) -> SubmitCommand:
     """Validate one batch item on its own; its errors name `tasks[i].field`."""
     if not isinstance(item, dict):
-        return SubmitCommand("", "", None, error=invalid_argument(f"tasks[{index}]: must be a JSON object", f"tasks[{index}]"))
+        return SubmitCommand("", "", None,
+                             error=invalid_argument(f"tasks[{index}]: must be a JSON object", f"tasks[{index}]"))
     key = item.get("idempotency_key")
     fields = {k: v for k, v in item.items() if k != "idempotency_key"}
     try:
@@ -179,10 +181,12 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
         check_payload_size(req, payload_limit)
     except ValidationError as exc:
         err = describe_validation_error(exc)
-        err = invalid_argument(f"tasks[{index}].{err.message}", f"tasks[{index}].{(err.details or {}).get('field', '')}".rstrip("."))
+        field = f"tasks[{index}].{(err.details or {}).get('field', '')}".rstrip(".")
+        err = invalid_argument(f"tasks[{index}].{err.message}", field)
         return SubmitCommand(key if isinstance(key, str) else "", "", None, error=err)
     except DomainError as exc:
-        return SubmitCommand(parsed.idempotency_key, "", None, error=invalid_argument(f"tasks[{index}].{exc.message}", f"tasks[{index}].payload"))
+        return SubmitCommand(parsed.idempotency_key, "", None,
+                             error=invalid_argument(f"tasks[{index}].{exc.message}", f"tasks[{index}].payload"))
     return SubmitCommand(parsed.idempotency_key, submit_digest(queue_id, fields), req, fields)
 
 

@@ -36,7 +36,8 @@ async def ensure_application(tx: Tx, name: str) -> dict[str, Any]:
     if row is not None:
         return row
     now = await tx.now()
-    values = {"id": new_id(), "name": name, "paused": False, "revision": 1, "created_at": now, "updated_at": now, **APP_DEFAULTS}
+    values = {"id": new_id(), "name": name, "paused": False, "revision": 1, "created_at": now, "updated_at": now,
+              **APP_DEFAULTS}
     await tx.defer(app_q.insert(values))
     await tx.defer(usage_q.insert_application_row(values["id"]))
     await write_audit(tx, ADMIN, namespace_id=None, action="application.create", resource_type="application",

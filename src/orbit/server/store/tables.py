@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Column, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
 
 from ...models import QUEUE_CONTROLS, ConfigureQueueRequest
-from .types import AsciiKey, Bool, Hash, Id, JsonText, Name, Seq, Short, Ts, U32, U64, Utf8Text
+from .types import U32, U64, AsciiKey, Bool, Hash, Id, JsonText, Name, Seq, Short, Ts, Utf8Text
 
 metadata = MetaData()
 

@@ -11,6 +11,7 @@ COLUMNS = ("id", "namespace_id", "time", "actor_credential_id", "actor", "action
 
 
 def insert(values: dict[str, Any]) -> Stmt:
-    # `before` is a reserved word in MySQL; backticks quote on SQLite too.
-    return Stmt(f"INSERT INTO audit_records ({', '.join(f'`{c}`' for c in COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+    # `before` is a reserved word in MariaDB; SQLite takes backticks too.
+    columns = ", ".join(f"`{c}`" for c in COLUMNS)
+    return Stmt(f"INSERT INTO audit_records ({columns}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 [values.get(c) for c in COLUMNS])

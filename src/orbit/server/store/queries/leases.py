@@ -18,8 +18,8 @@ INSERT = Stmt(f"INSERT INTO leases ({', '.join(COLUMNS)}) VALUES ({placeholders(
 
 def locate(lease_ids: list[str]) -> Stmt:
     """Where leases live (their task and queue never change), with the clock before any lock."""
-    return Stmt(f"SELECT id, task_id, queue_id, {{NOW}} AS db_now FROM leases WHERE id IN ({placeholders(len(lease_ids))})",
-                lease_ids)
+    return Stmt("SELECT id, task_id, queue_id, {NOW} AS db_now FROM leases "
+                f"WHERE id IN ({placeholders(len(lease_ids))})", lease_ids)
 
 
 def lock(lease_ids: list[str]) -> Stmt:

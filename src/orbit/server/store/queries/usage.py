@@ -17,6 +17,7 @@ from typing import Any
 from ..dialect import PlanNoLongerHolds
 from ..tx import Stmt, Tx, placeholders
 
+
 def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False) -> Stmt:
     """The queues' usage rows (every counter) in queue order; `clock` adds `db_now`, `lock` locks them."""
     now = ", {NOW} AS db_now" if clock else ""
