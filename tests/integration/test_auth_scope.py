@@ -88,6 +88,11 @@ async def test_bad_credentials_are_401_on_every_endpoint(tenant, db):
     # Authentication comes before body validation.
     r = await tenant.http.post("/v1/queues", json={"name": ""}, headers={"Idempotency-Key": ""})
     assert_error(r, 401, "UNAUTHENTICATED")
+    # And before query parameter validation, on every list.
+    for path in ("/v1/queues?limit=0", f"/v1/queues/{q['id']}/tasks?limit=abc&state=NOPE",
+                 f"/v1/tasks/{new_id()}/attempts?limit=1001", "/v1/queues?include_retired=maybe"):
+        for auth in (None, "Bearer orb_xyz", f"Bearer orb_{stranger}_{secret}"):
+            assert_error(await call(tenant, "GET", path, None, auth), 401, "UNAUTHENTICATED")
 
 
 async def test_the_scheme_is_case_insensitive(tenant):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import ConfigureQueueRequest, CreateQueueRequest, CreateQueueResult, Queue, QueuePage, RetireQueueRequest
 from ..services import queues as svc
-from .common import Call, decode_cursor
+from .common import Call, authenticated, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
@@ -35,17 +35,16 @@ async def create_queue(request: Request):
     summary="List queues in creation order",
 )
 async def list_queues(
-    request: Request,
+    call: Call = Depends(authenticated),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
     name: str | None = Query(None, max_length=128),
     include_retired: bool = Query(False),
 ):
-    async with Call(request) as call:
-        who = call.require("queues:read", all_queues=True)
-        items, last = await svc.list_queues(call.db, who, name=name, include_retired=include_retired, limit=limit,
-                                            after_id=decode_cursor(cursor))
-        return call.page(items, last)
+    who = call.require("queues:read", all_queues=True)
+    items, last = await svc.list_queues(call.db, who, name=name, include_retired=include_retired, limit=limit,
+                                        after_id=decode_cursor(cursor))
+    return call.page(items, last)
 
 
 @router.get(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import (
     AttemptPage,
@@ -18,7 +18,7 @@ from ...models import (
 from ..errors import invalid_argument
 from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest
-from .common import Call, decode_cursor
+from .common import Call, authenticated, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
 
 router = APIRouter(tags=["tasks"])
@@ -90,8 +90,8 @@ async def get_task(request: Request, task_id: str):
     summary="List a queue's tasks, newest first",
 )
 async def list_tasks(
-    request: Request,
     queue_id: str,
+    call: Call = Depends(authenticated),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
     state: list[str] = Query([], description="repeatable state filter"),
@@ -99,11 +99,10 @@ async def list_tasks(
     created_after: str | None = Query(None, description="RFC 3339"),
     created_before: str | None = Query(None, description="RFC 3339"),
 ):
-    async with Call(request) as call:
-        who = call.require("tasks:read")
-        flt = svc.parse_task_filter(state, schedule_id, created_after, created_before)
-        items, last = await svc.list_tasks(call.db, who, queue_id, flt, limit=limit, before_id=decode_cursor(cursor))
-        return call.page(items, last)
+    who = call.require("tasks:read")
+    flt = svc.parse_task_filter(state, schedule_id, created_after, created_before)
+    items, last = await svc.list_tasks(call.db, who, queue_id, flt, limit=limit, before_id=decode_cursor(cursor))
+    return call.page(items, last)
 
 
 @router.get(
@@ -112,19 +111,18 @@ async def list_tasks(
     summary="List a task's attempts",
 )
 async def list_attempts(
-    request: Request,
     task_id: str,
+    call: Call = Depends(authenticated),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = Query(None),
 ):
-    async with Call(request) as call:
-        who = call.require("tasks:read")
-        after = decode_cursor(cursor)
-        if after is not None and not after.isdigit():
-            raise invalid_argument("cursor is not valid", "cursor")
-        items, last = await svc.list_attempts(call.db, who, task_id, limit=limit,
-                                              after_number=int(after) if after else None)
-        return call.page(items, None if last is None else str(last))
+    who = call.require("tasks:read")
+    after = decode_cursor(cursor)
+    if after is not None and not after.isdigit():
+        raise invalid_argument("cursor is not valid", "cursor")
+    items, last = await svc.list_attempts(call.db, who, task_id, limit=limit,
+                                          after_number=int(after) if after else None)
+    return call.page(items, None if last is None else str(last))
 
 
 @router.post(

@@ -29,7 +29,9 @@ from .dialect import (
     DatabaseUnavailable,
     PlanNoLongerHolds,
     dialect_of,
+    driver_error,
     is_connection_lost,
+    is_operational,
     is_retryable,
     mysql_error_code,
     normalize_url,
@@ -152,18 +154,22 @@ class Database:
         on SQLite a read-only transaction beside the writer."""
         if self.dialect != MYSQL:
             return await self.core_read(fn)
-        pool = await self._driver_pool(autocommit=True)
-        conn = await pool.acquire()
+        conn = pool = None
         try:
+            pool = await self._driver_pool(autocommit=True)
+            conn = await pool.acquire()
             await self._prepare_driver_conn(conn)
             return await fn(Tx(MYSQL, driver=conn))
         except Exception as exc:
-            if is_connection_lost(exc) or isinstance(exc, OSError):
+            lost = is_connection_lost(exc) or isinstance(exc, OSError)
+            if lost and conn is not None:
                 conn.close()
-                raise DatabaseUnavailable(type(exc).__name__) from exc
+            if lost or is_operational(exc):
+                raise DatabaseUnavailable(type(driver_error(exc)).__name__) from exc
             raise
         finally:
-            pool.release(conn)
+            if conn is not None:
+                pool.release(conn)
 
     async def any_row(self, stmt: Stmt) -> bool:
         """Whether a read finds a row: periodic jobs ask first and skip their transaction when
@@ -225,15 +231,11 @@ class Database:
                     continue
                 if is_connection_lost(exc):
                     raise DatabaseUnavailable("connection lost") from exc
-                if isinstance(exc, DBAPIError) and not isinstance(exc, IntegrityError):
-                    if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                        log.warning(
-                            "database_unavailable",
-                            error=type(exc.orig).__name__ if exc.orig else type(exc).__name__,
-                            code=mysql_error_code(exc),
-                            during_commit=committing,
-                        )
-                        raise DatabaseUnavailable(str(type(exc).__name__)) from exc
+                invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
+                if (is_operational(exc) or invalidated) and not isinstance(exc, IntegrityError):
+                    log.warning("database_unavailable", error=type(driver_error(exc)).__name__,
+                                code=mysql_error_code(exc), during_commit=committing)
+                    raise DatabaseUnavailable(type(driver_error(exc)).__name__) from exc
                 if isinstance(exc, OSError) and self.dialect == MYSQL:
                     raise DatabaseUnavailable(type(exc).__name__) from exc
                 raise

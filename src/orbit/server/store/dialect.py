@@ -113,3 +113,9 @@ def is_retryable(exc: BaseException, dialect: str) -> bool:
 
 def is_connection_lost(exc: BaseException) -> bool:
     return mysql_error_code(exc) in CONNECTION_LOST
+
+
+def is_operational(exc: BaseException) -> bool:
+    """The drivers' (and SQLAlchemy's) OperationalError: the database refused to serve (too many
+    connections, access, a locked SQLite file), as opposed to a statement that is wrong."""
+    return type(driver_error(exc)).__name__ == "OperationalError" or type(exc).__name__ == "OperationalError"
