@@ -182,24 +182,29 @@ class WorkerSession:
                 if not isinstance(msg_id, str) or not IDEMPOTENCY_KEY_RE.match(msg_id):
                     await self.close(1008, "every frame needs an id of 1-128 visible ASCII characters")
                     break
+                # Every frame holds an in-flight slot until answered: a client that sends faster
+                # than it reads its replies is slowed down, whatever its frames are.
+                await self._in_flight.acquire()
                 kind = frame.get("type")
                 try:
                     self._check(frame, kind)
                 except DomainError as exc:
-                    self._answer(msg_id, exc)
+                    self._track(loop.create_task(self.send(reply_frame(msg_id, exc))))
                     continue
-                await self._in_flight.acquire()
                 if kind in self._grouped:
                     self._command(frame, msg_id, kind)
                     continue
-                task = loop.create_task(self._handle(frame, msg_id, kind))
-                self._tasks.add(task)
-                task.add_done_callback(self._done)
+                self._track(loop.create_task(self._handle(frame, msg_id, kind)))
         finally:
             self._closed = True
             for t in list(self._tasks):
                 t.cancel()
             self.hub.unregister(self)
+
+    def _track(self, task: asyncio.Task) -> None:
+        """A frame answered by a task: its in-flight slot is given back when the task ends."""
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
