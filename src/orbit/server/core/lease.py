@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import states
 from .backoff import backoff_ms
@@ -24,8 +23,7 @@ HEARTBEAT_MS = 10_000
 MAX_LATE_REPORTS = 20
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(NamedTuple):
     """A command refused: the reply's error code and message (and when a retry may succeed)."""
 
     code: str
@@ -54,8 +52,7 @@ def renewed_until(now: datetime, lease_ms: int) -> datetime:
 # ---------------------------------------------------------------- Start
 
 
-@dataclass(frozen=True)
-class StartVerdict:
+class StartVerdict(NamedTuple):
     """`go` (count it on the rate window), `refuse` (nothing written), or `fail_task` (the
     task ends FAILED with `task_code` before it ever started, and the reply says `refusal`)."""
 
@@ -63,6 +60,9 @@ class StartVerdict:
     refusal: Refusal | None = None
     task_code: str | None = None
     task_message: str | None = None
+
+
+GO = StartVerdict("go")  # the common answer, built once: a verdict per Start is on the hot path
 
 
 def start_verdict(*, state: str, expires_at: datetime, outcome: str | None, attempts: int,
@@ -81,14 +81,13 @@ def start_verdict(*, state: str, expires_at: datetime, outcome: str | None, atte
                             "DEADLINE_EXCEEDED", "the total deadline passed before the start")
     if paused:
         return StartVerdict("refuse", Refusal("QUEUE_PAUSED", "the queue is paused; retry within the lease", 1000))
-    return StartVerdict("go")
+    return GO
 
 
 # ---------------------------------------------------------------- retry or fail
 
 
-@dataclass(frozen=True)
-class AfterFailure:
+class AfterFailure(NamedTuple):
     """A failed attempt's task: back to WAITING at `next_at`, or FAILED with `code`."""
 
     retry: bool
@@ -115,8 +114,7 @@ def after_failure(*, attempts: int, max_attempts: int, retryable: bool, cancel_r
 # ---------------------------------------------------------------- complete and release
 
 
-@dataclass(frozen=True)
-class CompleteVerdict:
+class CompleteVerdict(NamedTuple):
     """What a reported outcome does: `refuse`, `late` (kept as evidence, LEASE_LOST), or ends the
     attempt as `succeeded`, `cancelled`, `deadline` (cancelled after the total deadline: FAILED)
     or `failed` (retry-or-fail with `retryable` and `message`)."""
@@ -125,6 +123,9 @@ class CompleteVerdict:
     refusal: Refusal | None = None
     retryable: bool = True
     message: str | None = None
+
+
+SUCCEEDED = CompleteVerdict("succeeded")
 
 
 def complete_verdict(*, state: str, expires_at: datetime, reported: str, error_message: str | None,
@@ -137,7 +138,7 @@ def complete_verdict(*, state: str, expires_at: datetime, reported: str, error_m
         return CompleteVerdict("late", Refusal(
             "LEASE_LOST", "the lease is no longer current; the report was kept as late evidence"))
     if reported == "succeeded":
-        return CompleteVerdict("succeeded")
+        return SUCCEEDED
     if reported == "cancelled" and cancel_requested:
         if deadline_at is not None and deadline_at <= now:
             return CompleteVerdict("deadline", message="the total deadline passed; the worker stopped")
