@@ -34,28 +34,24 @@ class Backlog:
     app_limit: int
 
     def room(self) -> int:
-        """How many more tasks both limits admit."""
+        """How many more tasks both limits admit: the largest n that `backlog_fits` both."""
         return max(0, min(self.queue_limit - self.queue_unfinished, self.app_limit - self.app_unfinished))
 
 
 def admit_in_order(n: int, backlog: Backlog) -> list[str | None]:
     """For `n` tasks in submission order: None (admitted) or the limit that refuses it. Once a
     limit refuses, every later task is refused too, so admission never reorders a batch."""
-    queue_room = max(0, backlog.queue_limit - backlog.queue_unfinished)
-    app_room = max(0, backlog.app_limit - backlog.app_unfinished)
     out: list[str | None] = []
     admitted = 0
     refused: str | None = None
     for _ in range(n):
-        if refused is None and admitted >= queue_room:
+        if refused is None and not backlog_fits(backlog.queue_unfinished, admitted + 1, backlog.queue_limit):
             refused = QUEUE_FULL
-        elif refused is None and admitted >= app_room:
+        elif refused is None and not backlog_fits(backlog.app_unfinished, admitted + 1, backlog.app_limit):
             refused = APPLICATION_FULL
-        if refused is not None:
-            out.append(refused)
-        else:
-            out.append(None)
+        if refused is None:
             admitted += 1
+        out.append(refused)
     return out
 
 
