@@ -22,9 +22,8 @@ from ..errors import (
 )
 from ..node import Node
 from ..services.auth import Principal, TokenCache, authenticate, authenticate_for_write
-from ..services.idempotency import IdempotencyScope, Outcome, request_digest
+from ..services.idempotency import IdempotencyScope, Outcome, WriteRequest, request_digest
 from ..services.outbox import Actor
-from ..services.queues import WriteRequest
 
 if TYPE_CHECKING:
     from ..store.db import Database
@@ -203,21 +202,3 @@ def decode_cursor(cursor: str | None) -> str | None:
     except Exception:
         pass
     raise invalid_argument("cursor is not valid", "cursor")
-
-
-def parse_bool_param(value: str | None, name: str, default: bool = False) -> bool:
-    if value is None:
-        return default
-    if value in ("true", "1"):
-        return True
-    if value in ("false", "0"):
-        return False
-    raise invalid_argument(f"{name}: must be true or false", name)
-
-
-def parse_limit(value: str | None) -> int:
-    if value is None:
-        return 100
-    if not value.isdigit() or not 1 <= int(value) <= 1000:
-        raise invalid_argument("limit: must be an integer between 1 and 1000", "limit")
-    return int(value)

@@ -133,10 +133,9 @@ async def list_attempts(
 )
 async def cancel_task(request: Request, task_id: str):
     async with Call(request) as call:
-        who = call.require("tasks:cancel")
+        call.require("tasks:cancel")
         raw, req = await call.body(CancelTaskRequest)
-        w = call.write(svc.OP_CANCEL, {"task_id": task_id}, raw)
-        outcome = await svc.cancel_task(call.db, who, w.actor, w.scope, task_id, req)
+        outcome = await svc.cancel_task(call.db, call.write(svc.OP_CANCEL, {"task_id": task_id}, raw), task_id, req)
         call.node.wakeups.push()
         call.node.wakeups.work_in(outcome.data["task"]["queue_id"], 1)
         return call.outcome(outcome)
@@ -150,9 +149,8 @@ async def cancel_task(request: Request, task_id: str):
 )
 async def review_task(request: Request, task_id: str):
     async with Call(request) as call:
-        who = call.require("tasks:review")
+        call.require("tasks:review")
         raw, req = await call.body(ReviewTaskRequest)
-        w = call.write(svc.OP_REVIEW, {"task_id": task_id}, raw)
-        outcome = await svc.review_task(call.db, who, w.actor, w.scope, task_id, req)
+        outcome = await svc.review_task(call.db, call.write(svc.OP_REVIEW, {"task_id": task_id}, raw), task_id, req)
         call.node.wakeups.work_in(outcome.data["task"]["queue_id"], 1)
         return call.outcome(outcome)

@@ -20,6 +20,8 @@ from ..errors import idempotency_conflict
 from ..store.db import Database
 from ..store.queries import idempotency as idem_q
 from ..store.tx import Tx
+from .auth import Principal
+from .outbox import Actor
 
 
 def request_digest(path_params: dict[str, Any], body: Any) -> str:
@@ -43,6 +45,16 @@ class Outcome:
     deduplicated: bool
     data: dict[str, Any]
     resource_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """What every management write carries besides its body: who, through which request, and
+    under which idempotency scope."""
+
+    principal: Principal
+    actor: Actor
+    scope: IdempotencyScope
 
 
 Effect = Callable[[Tx], Awaitable[tuple[dict[str, Any], str | None]]]

@@ -6,7 +6,6 @@ Live counters live in `queue_usage`, so counter changes never bump a queue's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ...models import QUEUE_CONTROLS, ConfigureQueueRequest, CreateQueueRequest, RetireQueueRequest
@@ -18,8 +17,8 @@ from ..store.queries import queues as queue_q
 from ..store.queries import usage as usage_q
 from ..store.tx import Tx
 from .auth import Principal
-from .idempotency import IdempotencyScope, Outcome, idempotent_write
-from .outbox import Actor, emit, write_audit
+from .idempotency import Outcome, WriteRequest, idempotent_write
+from .outbox import emit, write_audit
 
 DEFAULT_MAX_UNFINISHED_TASKS = 100_000
 
@@ -46,15 +45,6 @@ def queue_json(row: Any, unfinished: int) -> dict[str, Any]:
         "created_at": format_ts(row["created_at"]),
         "updated_at": format_ts(row["updated_at"]),
     }
-
-
-@dataclass(frozen=True)
-class WriteRequest:
-    """What every management write carries besides its body."""
-
-    principal: Principal
-    actor: Actor
-    scope: IdempotencyScope
 
 
 async def lock_queue(tx: Tx, principal: Principal, queue_id: str) -> Any:

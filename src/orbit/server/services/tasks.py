@@ -44,8 +44,8 @@ from ..store.queries import usage as usage_q
 from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
 from .auth import Principal
-from .idempotency import IdempotencyScope, Outcome, insert_records, request_digest
-from .outbox import Actor, emit_many, write_audit
+from .idempotency import IdempotencyScope, Outcome, WriteRequest, insert_records, request_digest
+from .outbox import emit_many, write_audit
 
 OP_SUBMIT = "tasks.submit"
 OP_SUBMIT_BATCH = "tasks.submit_batch"
@@ -625,13 +625,13 @@ class TaskChange:
 Decide = Callable[[Tx, Any, datetime], Awaitable[TaskChange]]
 
 
-async def _task_write(
-    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str,
-    action: str, reason: str, decide: Decide,
-) -> Outcome:
+async def _task_write(db: Database, w: WriteRequest, task_id: str, action: str, reason: str,
+                      decide: Decide) -> Outcome:
     """One transaction: lock the task, replay or decide, then the change, counters, audit,
     event and idempotency record together."""
     from .idempotency import lookup, record, reserve
+
+    principal, actor, scope = w.principal, w.actor, w.scope
 
     async def body(tx: Tx) -> Outcome:
         row = await _visible_task(tx, principal, task_id, lock=True)
@@ -657,9 +657,7 @@ async def _task_write(
     return await db.transaction(body)
 
 
-async def cancel_task(
-    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: CancelTaskRequest
-) -> Outcome:
+async def cancel_task(db: Database, w: WriteRequest, task_id: str, req: CancelTaskRequest) -> Outcome:
     """WAITING/LEASED end CANCELLED now; RUNNING records the request and tells the worker."""
 
     async def decide(tx: Tx, row: Any, now: datetime) -> TaskChange:
@@ -689,12 +687,10 @@ async def cancel_task(
                                  rate_reserved=-1 if lease["reserved"] else 0)
         return change
 
-    return await _task_write(db, principal, actor, scope, task_id, "task.cancel", req.reason, decide)
+    return await _task_write(db, w, task_id, "task.cancel", req.reason, decide)
 
 
-async def review_task(
-    db: Database, principal: Principal, actor: Actor, scope: IdempotencyScope, task_id: str, req: ReviewTaskRequest
-) -> Outcome:
+async def review_task(db: Database, w: WriteRequest, task_id: str, req: ReviewTaskRequest) -> Outcome:
     """The only way out of NEEDS_REVIEW: a person decides what the unknown outcome was."""
 
     async def decide(tx: Tx, row: Any, now: datetime) -> TaskChange:
@@ -716,7 +712,7 @@ async def review_task(
         change.usage.add(row["queue_id"], row["application_id"], unfinished=-1)
         return change
 
-    return await _task_write(db, principal, actor, scope, task_id, "task.review", req.reason, decide)
+    return await _task_write(db, w, task_id, "task.review", req.reason, decide)
 
 
 async def sweep_deadlines(db: Database, batch: int = 500) -> int:
