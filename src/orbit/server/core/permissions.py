@@ -1,4 +1,4 @@
-"""The permission vocabulary and the queue-scope rule."""
+"""The permission vocabulary and the all-queues scope."""
 
 from __future__ import annotations
 
@@ -37,7 +37,3 @@ BOOTSTRAP_PERMISSIONS: tuple[str, ...] = (
 )
 
 ALL_QUEUES = "*"
-
-
-def scope_allows(scope: str | list[str], queue_id: str) -> bool:
-    return scope == ALL_QUEUES or queue_id in scope

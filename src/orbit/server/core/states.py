@@ -1,4 +1,4 @@
-"""Task states and which of them hold a backlog slot or an execution permit."""
+"""Task states, and which of them are terminal or hold a backlog slot."""
 
 from __future__ import annotations
 
@@ -13,8 +13,3 @@ CANCELLED = "CANCELLED"
 ALL_STATES = (WAITING, LEASED, RUNNING, NEEDS_REVIEW, SUCCEEDED, FAILED, CANCELLED)
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 UNFINISHED = frozenset({WAITING, LEASED, RUNNING, NEEDS_REVIEW})
-HOLDS_PERMIT = frozenset({LEASED, RUNNING})
-
-
-def is_terminal(state: str) -> bool:
-    return state in TERMINAL

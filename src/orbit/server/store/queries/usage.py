@@ -29,12 +29,6 @@ def queue_unfinished(queue_id: str, *, lock: bool = False) -> Stmt:
     return Stmt(f"SELECT unfinished FROM queue_usage WHERE queue_id = ?{'{FOR_UPDATE}' if lock else ''}", (queue_id,))
 
 
-def application_unfinished(application_id: str, *, lock: bool = False) -> Stmt:
-    return Stmt("SELECT au.unfinished, a.max_unfinished_tasks FROM application_usage au "
-                f"JOIN applications a ON a.id = au.application_id WHERE au.application_id = ?"
-                f"{'{FOR_UPDATE}' if lock else ''}", (application_id,))
-
-
 def backlog(queue_id: str, application_id: str) -> Stmt:
     """Unlocked: the queue's and the application's unfinished counts and limits."""
     return Stmt("SELECT qu.unfinished AS queue_unfinished, q.max_unfinished_tasks AS queue_limit, "
