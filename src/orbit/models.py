@@ -25,6 +25,9 @@ from pydantic import (
 from ._rules import check_name, check_reason, check_timestamp, parse_revision
 
 __all__ = [
+    "Application",
+    "ConfigureApplicationRequest",
+    "ConfigureApplicationResult",
     "Attempt",
     "AttemptPage",
     "BatchItemResult",
@@ -160,6 +163,47 @@ class QueuePage(BaseModel):
 
     items: list[Queue]
     next_cursor: str | None = None
+
+
+# ---------------------------------------------------------------- applications
+
+
+class ConfigureApplicationRequest(StrictRequest):
+    """Body of `POST /v1/applications/{application_id}:configure`: replaces every quota at once."""
+
+    expected_revision: Revision
+    reason: Reason = Field(description="not blank, at most 1024 characters; written to the audit record")
+    paused: bool = Field(description="blocks claims and Starts in every queue of the application")
+    max_concurrency: int = Field(ge=1, le=1_000_000, description="execution permits shared by every queue")
+    rate_per_second: int = Field(ge=1, le=10_000_000, description="Starts per one-second application window")
+    max_unfinished_tasks: int = Field(ge=1, le=100_000_000, description="backlog quota shared by every queue")
+
+
+class Application(BaseModel):
+    """An application's quotas, shared by all its namespaces, with their live usage."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    name: str
+    paused: bool
+    max_concurrency: int
+    rate_per_second: int
+    max_unfinished_tasks: int
+    unfinished_tasks: U64
+    in_flight: U64
+    revision: U64
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class ConfigureApplicationResult(BaseModel):
+    """Answer of configure: the snapshot as of that operation."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    deduplicated: bool
+    application: Application
 
 
 # ---------------------------------------------------------------- tasks

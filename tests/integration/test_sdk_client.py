@@ -30,6 +30,7 @@ from orbit import (
     TransportError,
 )
 from orbit.sdk import retry as retry_module
+from orbit.server.core.ids import new_id
 from orbit.server.services import dispatch
 
 from .worker_client import Worker, free_port, serve
@@ -565,3 +566,21 @@ async def test_sync_client_against_a_real_server(app, tenant, tmp_path, monkeypa
         monkeypatch.setenv("ORBIT_CREDENTIALS_FILE", str(creds))
         monkeypatch.setenv("ORBIT_TOKEN", "orb_wrong_token")  # the credentials file wins
         await asyncio.to_thread(sync_scenario, base, tenant.token, waits)
+
+
+# ---------------------------------------------------------------- applications (AsyncClient)
+
+
+async def test_application_quotas(client, tenant):
+    app_id = tenant.application["id"]
+    app = await client.get_application(app_id)
+    assert (app.id, app.revision, app.max_concurrency, app.in_flight) == (app_id, 1, 1_000_000, 0)
+    key = new_key()
+    body = {"expected_revision": app.revision, "reason": "plan", "paused": False, "max_concurrency": 9,
+            "rate_per_second": 90, "max_unfinished_tasks": 900}
+    done = await client.configure_application(app_id, key, body)
+    assert done.deduplicated is False and done.application.revision == 2 and done.application.max_concurrency == 9
+    assert (await client.configure_application(app_id, key, body)).deduplicated is True
+    with pytest.raises(APIError) as exc:
+        await client.get_application(new_id())
+    assert_api_error(exc.value, 404, "NOT_FOUND")

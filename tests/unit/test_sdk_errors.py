@@ -261,6 +261,92 @@ def test_constructor_and_environment(monkeypatch, tmp_path):
         Client.from_env()
 
 
+APP_ID = "b" * 32
+APPLICATION = {
+    "id": APP_ID, "name": "acme", "paused": False, "max_concurrency": 10, "rate_per_second": 100,
+    "max_unfinished_tasks": 1000, "unfinished_tasks": "0", "in_flight": "0", "revision": "1",
+    "created_at": "2026-01-01T00:00:00.000000Z", "updated_at": "2026-01-01T00:00:00.000000Z",
+}
+CONFIGURE_APPLICATION = {
+    "expected_revision": 1, "reason": "raise the quota", "paused": False,
+    "max_concurrency": 20, "rate_per_second": 200, "max_unfinished_tasks": 2000,
+}
+
+
+def application_handler(seen: list[httpx.Request]):
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.method == "GET":
+            data = APPLICATION
+        else:
+            data = {"deduplicated": False, "application": {**APPLICATION, "max_concurrency": 20, "revision": "2"}}
+        return httpx.Response(200, content=orjson.dumps({"request_id": RID, "data": data}))
+
+    return handler
+
+
+def check_application_requests(seen: list[httpx.Request]) -> None:
+    get, post = seen
+    assert (get.method, get.url.path, get.content) == ("GET", f"/v1/applications/{APP_ID}", b"")
+    assert "idempotency-key" not in get.headers
+    assert (post.method, post.url.path) == ("POST", f"/v1/applications/{APP_ID}:configure")
+    assert post.headers["idempotency-key"] == "app-key-1" and post.headers["content-type"] == "application/json"
+    assert json.loads(post.content) == {**CONFIGURE_APPLICATION, "expected_revision": "1"}
+
+
+def test_application_requests():
+    seen: list[httpx.Request] = []
+    with Client("http://orbit.test", token=TOKEN, transport=httpx.MockTransport(application_handler(seen))) as c:
+        app = c.get_application(APP_ID)
+        assert isinstance(app, orbit.Application)
+        assert (app.id, app.revision, app.unfinished_tasks, app.in_flight) == (APP_ID, 1, 0, 0)
+        result = c.configure_application(APP_ID, "app-key-1", CONFIGURE_APPLICATION)
+    assert isinstance(result, orbit.ConfigureApplicationResult)
+    assert (result.deduplicated, result.application.max_concurrency, result.application.revision) == (False, 20, 2)
+    check_application_requests(seen)
+
+
+@pytest.mark.anyio
+async def test_async_application_requests():
+    seen: list[httpx.Request] = []
+    async with AsyncClient("http://orbit.test", token=TOKEN,
+                           transport=httpx.MockTransport(application_handler(seen))) as c:
+        assert (await c.get_application(APP_ID)).revision == 1
+        request = orbit.ConfigureApplicationRequest(**CONFIGURE_APPLICATION)
+        result = await c.configure_application(APP_ID, "app-key-1", request)
+    assert result.application.revision == 2
+    check_application_requests(seen)
+
+
+@pytest.mark.anyio
+async def test_application_arguments_are_validated_before_sending():
+    seen: list[httpx.Request] = []
+    transport = httpx.MockTransport(application_handler(seen))
+    bad_requests = [
+        {**CONFIGURE_APPLICATION, "max_concurrency": 0},
+        {**CONFIGURE_APPLICATION, "reason": "  "},
+        {**CONFIGURE_APPLICATION, "expected_revision": 0},
+        {k: v for k, v in CONFIGURE_APPLICATION.items() if k != "paused"},
+        {**CONFIGURE_APPLICATION, "surprise": 1},
+    ]
+    with Client("http://orbit.test", token=TOKEN, transport=transport) as c:
+        for bad in bad_requests:
+            with pytest.raises(ValueError):
+                c.configure_application(APP_ID, "app-key-1", bad)
+        with pytest.raises(ValueError):
+            c.configure_application(APP_ID, "", CONFIGURE_APPLICATION)
+        with pytest.raises(ValueError):
+            c.get_application("../queues")
+        with pytest.raises(TypeError):
+            c.configure_application(APP_ID, "app-key-1", SubmitTaskRequest(payload=1))
+    async with AsyncClient("http://orbit.test", token=TOKEN, transport=transport) as c:
+        with pytest.raises(ValueError):
+            await c.configure_application(APP_ID, "app-key-1", bad_requests[0])
+        with pytest.raises(ValueError):
+            await c.get_application("")
+    assert seen == []
+
+
 # ---------------------------------------------------------------- retry_submit bounds (fake client)
 
 

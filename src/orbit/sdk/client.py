@@ -30,10 +30,13 @@ from pydantic import BaseModel, ValidationError
 
 from .._rules import is_idempotency_key
 from ..models import (
+    Application,
     Attempt,
     AttemptPage,
     BatchSubmitResult,
     CancelTaskRequest,
+    ConfigureApplicationRequest,
+    ConfigureApplicationResult,
     ConfigureQueueRequest,
     CreateQueueRequest,
     CreateQueueResult,
@@ -244,6 +247,18 @@ class _Builder:
         path = f"/v1/queues/{_segment(queue_id, 'queue_id')}:retire"
         body = _body(RetireQueueRequest(expected_revision=_revision(expected_revision), reason=reason))
         return _post(path, key, body, _as(CreateQueueResult))
+
+    @staticmethod
+    def get_application(application_id: str) -> _Call[Application]:
+        return _get(f"/v1/applications/{_segment(application_id, 'application_id')}", _as(Application))
+
+    @staticmethod
+    def configure_application(
+        application_id: str, key: str, request: ConfigureApplicationRequest | Mapping[str, Any]
+    ) -> _Call[ConfigureApplicationResult]:
+        path = f"/v1/applications/{_segment(application_id, 'application_id')}:configure"
+        body = _body(_model(ConfigureApplicationRequest, request, "request"))
+        return _post(path, key, body, _as(ConfigureApplicationResult))
 
     @staticmethod
     def submit_task(queue_id: str, key: str, request: SubmitTaskRequest | Mapping[str, Any]) -> _Call[SubmitTaskResult]:
@@ -488,6 +503,18 @@ class Client(_ClientBase):
         """Retire a queue for good (it must hold no unfinished tasks); reads keep working."""
         return self._run(self._build.retire_queue(queue_id, key, expected_revision, reason))
 
+    # -- applications
+
+    def get_application(self, application_id: str) -> Application:
+        """Read the application's quotas (shared by every queue) with their live usage."""
+        return self._run(self._build.get_application(application_id))
+
+    def configure_application(
+        self, application_id: str, key: str, request: ConfigureApplicationRequest | Mapping[str, Any]
+    ) -> ConfigureApplicationResult:
+        """Replace every quota of the application at once, guarded by `expected_revision`."""
+        return self._run(self._build.configure_application(application_id, key, request))
+
     # -- tasks
 
     def submit_task(self, queue_id: str, key: str, request: SubmitTaskRequest | Mapping[str, Any]) -> SubmitTaskResult:
@@ -644,6 +671,16 @@ class AsyncClient(_ClientBase):
         self, queue_id: str, key: str, expected_revision: int | str, reason: str
     ) -> CreateQueueResult:
         return await self._run(self._build.retire_queue(queue_id, key, expected_revision, reason))
+
+    # -- applications
+
+    async def get_application(self, application_id: str) -> Application:
+        return await self._run(self._build.get_application(application_id))
+
+    async def configure_application(
+        self, application_id: str, key: str, request: ConfigureApplicationRequest | Mapping[str, Any]
+    ) -> ConfigureApplicationResult:
+        return await self._run(self._build.configure_application(application_id, key, request))
 
     # -- tasks
 

@@ -87,8 +87,13 @@ def lease_json(lease: dict[str, Any], task: Any, payload: Any) -> dict[str, Any]
     }
 
 
+def _paused(q: dict[str, Any]) -> bool:
+    """Claims and Starts stop while the queue or its application is paused."""
+    return bool(q["paused"]) or bool(q["application_paused"])
+
+
 def _limits(q: dict[str, Any], usage: dict[str, Any]) -> QueueLimits:
-    return QueueLimits(bool(q["paused"]), int(q["max_concurrency"]), int(q["rate_per_second"]),
+    return QueueLimits(_paused(q), int(q["max_concurrency"]), int(q["rate_per_second"]),
                        int(usage["permits_in_use"]), _window(usage))
 
 
@@ -169,7 +174,7 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
                 replies[i] = DomainError("NOT_FOUND", "queue not found")
             elif q["retired_at"] is not None:
                 replies[i] = DomainError("STATE_CONFLICT", "the queue is retired")
-            elif q["paused"]:
+            elif _paused(q):
                 replies[i] = {"tasks": []}
             else:
                 live.append(i)
@@ -520,7 +525,7 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
         verdict = rules.start_verdict(
             state=lease["state"], expires_at=lease["expires_at"], outcome=lease["outcome"],
             attempts=int(task["attempts"]), start_deadline_at=task["start_deadline_at"],
-            deadline_at=task["deadline_at"], paused=bool(controls[qid]["paused"]), now=now)
+            deadline_at=task["deadline_at"], paused=_paused(controls[qid]), now=now)
         if verdict.kind == "fail_task":
             _fail_unstarted(w, lease, task, now, verdict.task_code, verdict.task_message)
         if verdict.kind != "go":

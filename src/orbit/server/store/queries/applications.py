@@ -38,3 +38,22 @@ def namespace_by_name_or_id(application_id: str, ref: str) -> Stmt:
 def insert_namespace(row: dict[str, Any]) -> Stmt:
     return Stmt(f"INSERT INTO namespaces ({_NS_COLS}) VALUES ({placeholders(len(NAMESPACE_COLUMNS))})",
                 [row[c] for c in NAMESPACE_COLUMNS])
+
+
+# ---------------------------------------------------------------- quotas
+
+
+def with_usage(application_id: str) -> Stmt:
+    """The application and its live counters."""
+    return Stmt("SELECT a.*, au.unfinished, au.permits_in_use FROM applications a "
+                "JOIN application_usage au ON au.application_id = a.id WHERE a.id = ?", (application_id,))
+
+
+def lock_for_update(application_id: str) -> Stmt:
+    return Stmt("SELECT * FROM applications WHERE id = ?{FOR_UPDATE}", (application_id,))
+
+
+def configure(application_id: str, values: dict[str, Any]) -> Stmt:
+    """Set these columns (every quota, the revision and `updated_at`)."""
+    return Stmt(f"UPDATE applications SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?",
+                [*values.values(), application_id])
