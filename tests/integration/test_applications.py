@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
 
 from orbit.server.core.ids import new_id
+from orbit.server.store.tx import Stmt
+from tests.support.history import max_overlap
 
 from .conftest import make_tenant
 from .queue_helpers import assert_error, audit_rows, event_rows, ok
@@ -116,3 +120,79 @@ async def test_an_application_pause_stops_claims_and_starts_in_every_queue(tenan
         ok(await tenant.post(app_path(tenant, ":configure"), quotas("2", paused=False)))
         assert (await w.call("start", lease_id=leased[0]["lease_id"]))["ok"]
         assert len((await w.call("claim", queue_id=q2["id"], max_tasks=5))["tasks"]) == 1
+
+
+async def _configure(tenant, revision: str, **quota) -> dict:
+    return ok(await tenant.post(app_path(tenant, ":configure"), quotas(revision, **quota)))["application"]
+
+
+async def test_the_applications_concurrency_is_shared_by_its_queues(tenant, base):  # noqa: F811
+    """The issue's case: max_concurrency=1 across queues; one claim gets one lease, not four."""
+    await _configure(tenant, "1", max_concurrency=2, rate_per_second=1000)
+    q1, q2 = await tenant.create_queue(max_concurrency=10), await tenant.create_queue(max_concurrency=10)
+    await submit(tenant, q1["id"], 4)
+    await submit(tenant, q2["id"], 4)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q1["id"], q2["id"])
+        first = (await w.call("claim", queue_id=q1["id"], max_tasks=4))["tasks"]
+        assert len(first) == 2
+        assert (await w.call("claim", queue_id=q2["id"], max_tasks=4))["tasks"] == []
+        assert ok(await tenant.get(app_path(tenant)))["in_flight"] == "2"
+        assert (await w.call("start", lease_id=first[0]["lease_id"]))["ok"]
+        assert (await w.call("complete", lease_id=first[0]["lease_id"], outcome="succeeded"))["ok"]
+        assert (await w.call("release", lease_id=first[1]["lease_id"]))["ok"]
+        second = (await w.call("claim", queue_id=q2["id"], max_tasks=4))["tasks"]
+        assert len(second) == 2 and {t["queue_id"] for t in second} == {q2["id"]}
+
+
+async def test_the_applications_rate_window_bounds_claims_and_starts(tenant, base):  # noqa: F811
+    await _configure(tenant, "1", rate_per_second=2)
+    q1, q2 = await tenant.create_queue(rate_per_second=100), await tenant.create_queue(rate_per_second=100)
+    await submit(tenant, q1["id"], 3)
+    await submit(tenant, q2["id"], 3)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q1["id"], q2["id"])
+        a = (await w.call("claim", queue_id=q1["id"], max_tasks=3))["tasks"]
+        b = (await w.call("claim", queue_id=q2["id"], max_tasks=3))["tasks"]
+        assert (len(a), len(b)) == (2, 0)  # two Starts reserved in the application's window
+        await _configure(tenant, "2", rate_per_second=1)
+        assert (await w.call("start", lease_id=a[0]["lease_id"]))["ok"]
+        refused = await w.call("start", lease_id=a[1]["lease_id"])
+        assert refused["error"]["code"] == "RATE_LIMITED" and 0 < refused["error"]["retry_after_ms"] <= 1000
+        assert "application" in refused["error"]["message"]
+        await asyncio.sleep(refused["error"]["retry_after_ms"] / 1000 + 0.05)
+        assert (await w.call("start", lease_id=a[1]["lease_id"]))["ok"]
+
+
+async def test_stored_leases_never_overlap_beyond_the_applications_concurrency(tenant, base, db):  # noqa: F811
+    await _configure(tenant, "1", max_concurrency=3, rate_per_second=1000)
+    queues = [await tenant.create_queue(max_concurrency=3) for _ in range(3)]
+    for q in queues:
+        await submit(tenant, q["id"], 6)
+    async with Worker.connect(base, tenant.token) as w1, Worker.connect(base, tenant.token) as w2:
+        ids = [q["id"] for q in queues]
+        await w1.hello(*ids)
+        await w2.hello(*ids)
+
+        done = [0]
+        deadline = asyncio.get_running_loop().time() + 30
+
+        async def drain(w, order):
+            while done[0] < 18 and asyncio.get_running_loop().time() < deadline:
+                for qid in order:
+                    for t in (await w.call("claim", queue_id=qid, max_tasks=2, wait_ms=100))["tasks"]:
+                        assert (await w.call("start", lease_id=t["lease_id"]))["ok"]
+                        await asyncio.sleep(0.005)
+                        assert (await w.call("complete", lease_id=t["lease_id"], outcome="succeeded"))["ok"]
+                        done[0] += 1
+
+        await asyncio.gather(drain(w1, ids), drain(w2, ids[::-1]))
+        assert done[0] == 18
+
+    async def intervals(tx):
+        rows = await tx.rows(Stmt("SELECT leased_at, ended_at FROM leases WHERE application_id = ?",
+                                  (tenant.application["id"],)))
+        return [(r["leased_at"], r["ended_at"]) for r in rows]
+
+    spans = await db.read(intervals)
+    assert len(spans) == 18 and max_overlap(spans) <= 3

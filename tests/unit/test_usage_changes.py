@@ -30,7 +30,7 @@ def test_merge_adds_another_transactions_plan():
     a.merge(b)
     assert a.queues["q"].items() == [("permits_in_use", 3), ("extra", 3)]
     assert a.apps["app"].items() == [("permits_in_use", 3), ("extra", 3)]
-    assert a.windows == {"q": (None, 4)}
+    assert a.windows == {("queue", "q"): (None, 4)}
 
 
 def test_counters_that_cancel_out_write_nothing():

@@ -35,7 +35,7 @@ from ..store.queries import queues as queue_q
 from ..store.queries import tasks as task_q
 from ..store.queries import usage as usage_q
 from ..store.queries.bulk import update_many
-from ..store.queries.usage import UsageChanges
+from ..store.queries.usage import APPLICATION, QUEUE, UsageChanges
 from ..store.tx import Stmt, Tx
 from .auth import Principal
 from .outbox import Event, emit_many
@@ -147,25 +147,23 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
     for i, c in enumerate(commands):
         by_queue.setdefault(c.queue_id, []).append(i)
     queue_ids = sorted(by_queue)
+    app_ids = sorted({c.who.principal.application_id for c in commands})
     reads = [claim_q.receipts(keys), queue_q.controls(queue_ids)]
     if optimistic:
         # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as its
         # claims could take in the same round trip; the grants then decide how many are used.
-        reads.append(usage_q.queue_rows(queue_ids, clock=True))
+        reads += [usage_q.queue_rows(queue_ids, clock=True), usage_q.application_rows(app_ids)]
         reads += [task_q.claimable(qid, sum(commands[i].max_tasks for i in by_queue[qid]), skip_locked=True)
                   for qid in queue_ids]
     prior, control_rows, *rest = await tx.rows_multi(reads)
     controls = {r["id"]: r for r in control_rows}
-    snapshots = {r["queue_id"]: r for r in rest[0]} if optimistic else {}
-    picks = dict(zip(queue_ids, rest[1:])) if optimistic else {}
     stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
     for i, k in enumerate(keys):
         if k in stored:
             replies[i] = {"tasks": await _replay_claim(tx, stored[k])}
-    planned: list[_PlannedGrant] = []
+    live: dict[str, list[int]] = {}
     for qid in queue_ids:
         q = controls.get(qid)
-        live = []
         for i in by_queue[qid]:
             c = commands[i]
             if replies[i] is not None:
@@ -177,18 +175,40 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
             elif _paused(q):
                 replies[i] = {"tasks": []}
             else:
-                live.append(i)
-        if not live:
-            continue
-        if not optimistic or qid not in snapshots:
-            await _grant_locked(tx, qid, [commands[i] for i in live], replies, live)
-            continue
-        plan = await _plan_grant(tx, qid, [commands[i] for i in live], replies, live, q, snapshots[qid], picks[qid])
-        if plan is not None:
-            planned.append(plan)
-    if planned:
-        await _confirm_grants(tx, planned, replies)
+                live.setdefault(qid, []).append(i)
+    if live and optimistic:
+        snapshots = {r["queue_id"]: r for r in rest[0]}
+        app_snapshots = {r["application_id"]: r for r in rest[1]}
+        picks = dict(zip(queue_ids, rest[2:]))
+        tx.adopt_clock(snapshots[next(iter(live))])
+        now = await tx.now()
+        room = _application_room(commands, live, controls, app_snapshots, now)
+        planned = [p for qid, slots in live.items()
+                   if (p := await _plan_grant(tx, qid, [commands[i] for i in slots], replies, slots, controls[qid],
+                                              snapshots[qid], picks[qid], room, now)) is not None]
+        if planned:
+            await _confirm_grants(tx, planned, replies)
+    elif live:
+        await _grant_locked(tx, commands, live, replies)
     return [r if r is not None else {"tasks": []} for r in replies]
+
+
+def _application_limits(q: dict[str, Any], usage: dict[str, Any]) -> QueueLimits:
+    """The application layer's limits, read with a queue of the application."""
+    return QueueLimits(bool(q["application_paused"]), int(q["application_max_concurrency"]),
+                       int(q["application_rate_per_second"]), int(usage["permits_in_use"]), _window(usage))
+
+
+def _application_room(commands: list[ClaimCommand], live: dict[str, list[int]], controls: dict[str, Any],
+                      usage: dict[str, dict[str, Any]], now: datetime) -> dict[str, int]:
+    """How many leases each application can still grant: its queues' grants share it, in queue order."""
+    wanted: dict[str, int] = {}
+    sample: dict[str, dict[str, Any]] = {}
+    for qid, slots in live.items():
+        aid = controls[qid]["application_id"]
+        wanted[aid] = wanted.get(aid, 0) + sum(commands[i].max_tasks for i in slots)
+        sample[aid] = controls[qid]
+    return {aid: grant_size(n, _application_limits(sample[aid], usage[aid]), now) for aid, n in wanted.items()}
 
 
 @dataclass
@@ -196,6 +216,7 @@ class _PlannedGrant:
     """A queue's grant planned on the unlocked snapshot, written but not yet checked under the lock."""
 
     queue_id: str
+    application_id: str
     commands: list[ClaimCommand]
     slots: list[int]
     now: datetime
@@ -204,68 +225,95 @@ class _PlannedGrant:
 
 
 async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any], slots: list[int],
-                      q: dict[str, Any], usage: dict[str, Any], picked: list[dict[str, Any]]) -> _PlannedGrant | None:
+                      q: dict[str, Any], usage: dict[str, Any], picked: list[dict[str, Any]],
+                      room: dict[str, int], now: datetime) -> _PlannedGrant | None:
     """Lease the due tasks `picked` (locked with SKIP LOCKED) to `commands` within the room an
-    unlocked usage read shows; the writes wait to travel with the round trip that locks the usage rows."""
-    tx.adopt_clock(usage)
-    now = await tx.now()
-    grant = grant_size(sum(c.max_tasks for c in commands), _limits(q, usage), now)
+    unlocked usage read shows in the queue and what is left of its application's `room`; the
+    writes wait to travel with the round trip that locks the usage rows."""
+    aid = q["application_id"]
+    grant = min(grant_size(sum(c.max_tasks for c in commands), _limits(q, usage), now), room[aid])
     # Claims on other nodes run at the same time: each locked its own candidates (SKIP LOCKED).
     candidates = picked[:grant]
     if not candidates:
         return None
+    room[aid] -= len(candidates)
     await tx.defer(task_q.mark_leased([t["id"] for t in candidates], now))
     changes = await _write_leases(tx, queue_id, commands, slots, replies, candidates, now, defer_receipts=True)
-    return _PlannedGrant(queue_id, commands, slots, now, len(candidates), changes)
+    return _PlannedGrant(queue_id, aid, commands, slots, now, len(candidates), changes)
 
 
 async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[Any]) -> None:
-    """Lock the planned queues' usage rows (queue order) in the round trip that carries every
-    grant's writes, and check each grant there; raise `PlanNoLongerHolds` if one no longer fits."""
-    ids = [p.queue_id for p in planned]
-    usage_rows, control_rows = await tx.rows_multi([usage_q.queue_rows(ids, lock=True), queue_q.controls(ids)])
+    """Lock the planned queues' usage rows (queue order), then their applications', in the round
+    trip that carries every grant's writes, and check each grant there; raise `PlanNoLongerHolds`
+    if one no longer fits."""
+    ids = sorted(p.queue_id for p in planned)
+    app_ids = sorted({p.application_id for p in planned})
+    usage_rows, app_rows, control_rows = await tx.rows_multi([
+        usage_q.queue_rows(ids, lock=True), usage_q.application_rows(app_ids, lock=True), queue_q.controls(ids)])
     usage_of = {r["queue_id"]: r for r in usage_rows}
+    app_usage_of = {r["application_id"]: r for r in app_rows}
     controls_of = {r["id"]: r for r in control_rows}
-    changes = UsageChanges()
-    for p in planned:
-        usage = usage_of[p.queue_id]
-        now = p.now
-        freed_at = usage["permits_freed_at"]
-        if freed_at is not None and freed_at >= now:
-            # A permit this claim may reuse was given back at a later database time than the
-            # snapshot's clock: lease from just after it, so no stored interval overlaps another.
-            now = freed_at + timedelta(microseconds=1)
+    now = planned[0].now
+    # A permit these claims may reuse was given back at a later database time than the plan's
+    # clock: lease from just after it, so no stored interval overlaps another beyond a limit.
+    freed = [r["permits_freed_at"] for r in (*usage_rows, *app_rows) if r["permits_freed_at"] is not None]
+    if freed and max(freed) >= now:
+        now = max(freed) + timedelta(microseconds=1)
+        for p in planned:
             await _retime(tx, p.commands, p.slots, replies, now)
-        if not grant_still_fits(p.leases, _limits(controls_of[p.queue_id], usage), now):
+    changes = UsageChanges()
+    per_app: dict[str, int] = {}
+    for p in planned:
+        q = controls_of[p.queue_id]
+        if not grant_still_fits(p.leases, _limits(q, usage_of[p.queue_id]), now):
             raise PlanNoLongerHolds()
+        per_app[p.application_id] = per_app.get(p.application_id, 0) + p.leases
         changes.merge(p.changes)
+    for p in planned:
+        n = per_app.pop(p.application_id, None)
+        if n is not None and not grant_still_fits(
+                n, _application_limits(controls_of[p.queue_id], app_usage_of[p.application_id]), now):
+            raise PlanNoLongerHolds()
     await changes.apply(tx)
 
 
-async def _grant_locked(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any],
-                        slots: list[int]) -> None:
-    """The exact order: lock the queue's usage row first, then pick and lease under it."""
-    (usage,) = await tx.rows(usage_q.queue_rows([queue_id], lock=True))
-    # Re-read the controls under the usage lock: a configure that committed meanwhile counts.
-    (q,) = await tx.rows(queue_q.controls([queue_id]))
-    # The clock after the lock: every lease whose permit is reused here ended before it.
+async def _grant_locked(tx: Tx, commands: list[ClaimCommand], live: dict[str, list[int]], replies: list[Any]) -> None:
+    """The exact order: lock the queues' usage rows, then their applications', then pick and lease
+    under them."""
+    queue_ids = sorted(live)
+    app_ids = sorted({commands[slots[0]].who.principal.application_id for slots in live.values()})
+    usage_rows, app_rows, control_rows = await tx.rows_multi([
+        usage_q.queue_rows(queue_ids, lock=True), usage_q.application_rows(app_ids, lock=True),
+        # Read under the usage locks: a configure that committed meanwhile counts.
+        queue_q.controls(queue_ids)])
+    usage_of = {r["queue_id"]: r for r in usage_rows}
+    controls = {r["id"]: r for r in control_rows}
+    # The clock after the locks: every lease whose permit is reused here ended before it.
     now = await tx.refresh_now()
-    grant = grant_size(sum(c.max_tasks for c in commands), _limits(q, usage), now)
-    if grant <= 0:
-        return
-    # The usage row is held: claims take turns, so a plain indexed read is enough, and the
-    # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
-    candidates = await tx.rows(task_q.claimable(queue_id, grant, now=now))
-    if not candidates:
-        return
-    ids = [t["id"] for t in candidates]
-    taken = await tx.count(task_q.mark_leased(ids, now, only_waiting=True))
-    if taken != len(ids):
-        leased = {r["id"] for r in await tx.rows(task_q.leased_among(ids))}
-        candidates = [t for t in candidates if t["id"] in leased]
+    room = _application_room(commands, live, controls, {r["application_id"]: r for r in app_rows}, now)
+    changes = UsageChanges()
+    for qid in queue_ids:
+        slots = live[qid]
+        mine = [commands[i] for i in slots]
+        q = controls[qid]
+        grant = min(grant_size(sum(c.max_tasks for c in mine), _limits(q, usage_of[qid]), now),
+                    room[q["application_id"]])
+        if grant <= 0:
+            continue
+        # The usage rows are held: claims take turns, so a plain indexed read is enough, and the
+        # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
+        candidates = await tx.rows(task_q.claimable(qid, grant, now=now))
         if not candidates:
-            return
-    changes = await _write_leases(tx, queue_id, commands, slots, replies, candidates, now, defer_receipts=False)
+            continue
+        ids = [t["id"] for t in candidates]
+        taken = await tx.count(task_q.mark_leased(ids, now, only_waiting=True))
+        if taken != len(ids):
+            leased = {r["id"] for r in await tx.rows(task_q.leased_among(ids))}
+            candidates = [t for t in candidates if t["id"] in leased]
+            if not candidates:
+                continue
+        room[q["application_id"]] -= len(candidates)
+        changes.merge(await _write_leases(tx, qid, mine, slots, replies, candidates, now, defer_receipts=False))
     await changes.apply(tx)
 
 
@@ -489,29 +537,48 @@ async def start(db: Database, commands: list[StartCommand]) -> list[Result]:
     return await db.lock_last(lambda tx, optimistic: _start_body(tx, commands, optimistic=optimistic))
 
 
-async def _read_windows(tx: Tx, queue_ids: list[str], *, lock: bool) -> dict[str, RateWindow]:
-    if not queue_ids:
-        return {}
-    return {r["queue_id"]: _window(r) for r in await tx.rows(usage_q.queue_rows(queue_ids, lock=lock))}
+Window = tuple[str, str]  # (layer, id): a queue's or an application's rate window
+
+
+async def _read_windows(tx: Tx, keys: list[Window], *, lock: bool) -> dict[Window, RateWindow]:
+    """The windows of these queues and applications (locked: queues' rows first, the lock order)."""
+    queue_ids = sorted(k for layer, k in keys if layer == QUEUE)
+    app_ids = sorted(k for layer, k in keys if layer == APPLICATION)
+    reads = ([usage_q.queue_rows(queue_ids, lock=lock)] if queue_ids else []) + \
+            ([usage_q.application_rows(app_ids, lock=lock)] if app_ids else [])
+    out: dict[Window, RateWindow] = {}
+    for rows in await tx.rows_multi(reads):
+        for r in rows:
+            out[(QUEUE, r["queue_id"]) if "queue_id" in r else (APPLICATION, r["application_id"])] = _window(r)
+    return out
+
+
+def _rates(controls: dict[str, Any]) -> dict[Window, int]:
+    out: dict[Window, int] = {}
+    for qid, q in controls.items():
+        out[(QUEUE, qid)] = int(q["rate_per_second"])
+        out[(APPLICATION, q["application_id"])] = int(q["application_rate_per_second"])
+    return out
 
 
 @dataclass
 class _StartPlan:
     replies: list[Result]
     writes: _Writes
-    counted: dict[str, list[bool]]  # queue id -> `reserved` of each Start counted in its window, in order
+    counted: dict[Window, list[bool]]  # window -> `reserved` of each Start counted in it, in order
     rate_limited: bool
 
 
 def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[str, Any],
-                 windows: dict[str, RateWindow], now: datetime) -> _StartPlan:
+                 windows: dict[Window, RateWindow], now: datetime) -> _StartPlan:
     w = _Writes()
     replies: list[Result] = []
-    counted: dict[str, list[bool]] = {}
+    counted: dict[Window, list[bool]] = {}
     rate_limited = False
     leases_ = {k: dict(v) for k, v in locked.leases.items()}
     tasks_ = {k: dict(v) for k, v in locked.tasks.items()}
     windows = dict(windows)
+    rates = _rates(controls)
     for c in commands:
         lease = leases_.get(c.lease_id)
         if lease is None or lease["credential_id"] != c.credential_id:
@@ -532,15 +599,20 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
             replies.append(_refused(verdict.refusal))
             continue
         reserved = bool(lease["reserved"])
-        decision = authorize_start(windows[qid], int(controls[qid]["rate_per_second"]), now, reserved=reserved)
-        if not decision.allowed:
+        # Every layer's window must take the Start; a refusal by any writes nothing.
+        keys = ((QUEUE, qid), (APPLICATION, controls[qid]["application_id"]))
+        decisions = [authorize_start(windows[k], rates[k], now, reserved=reserved) for k in keys]
+        refused = [(k, d) for k, d in zip(keys, decisions, strict=True) if not d.allowed]
+        if refused:
             rate_limited = True
-            replies.append(DomainError("RATE_LIMITED", "the queue's Start rate is exhausted for this window",
-                                      retry_after_ms=decision.retry_after_ms))
+            layer = refused[-1][0][0]
+            replies.append(DomainError("RATE_LIMITED", f"the {layer}'s Start rate is exhausted for this window",
+                                       retry_after_ms=max(d.retry_after_ms for _, d in refused)))
             continue
-        windows[qid] = decision.window
-        counted.setdefault(qid, []).append(reserved)
-        w.usage.set_window(qid, decision.window.start, decision.window.used)
+        for k, d in zip(keys, decisions, strict=True):
+            windows[k] = d.window
+            counted.setdefault(k, []).append(reserved)
+            w.usage.set_window(k[1], d.window.start, d.window.used, layer=k[0])
         if reserved:
             w.usage.add(qid, task["application_id"], rate_reserved=-1)
         attempt = int(task["attempts"]) + 1
@@ -564,14 +636,17 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
 
 async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool) -> list[Result]:
     def queue_reads(queue_ids: list[str]) -> list[Stmt]:
-        return [usage_q.queue_rows(queue_ids, lock=not optimistic), queue_q.controls(queue_ids)]
+        lock = not optimistic
+        return [usage_q.queue_rows(queue_ids, lock=lock), usage_q.application_rows_of_queues(queue_ids, lock=lock),
+                queue_q.controls(queue_ids)]
 
     locked = await _lock_for_leases(tx, [c.lease_id for c in commands], queue_reads, _located(commands))
-    windows: dict[str, RateWindow] = {}
+    windows: dict[Window, RateWindow] = {}
     controls: dict[str, Any] = {}
     if locked.also:
-        windows = {r["queue_id"]: _window(r) for r in locked.also[0]}
-        controls = {r["id"]: r for r in locked.also[1]}
+        windows = {(QUEUE, r["queue_id"]): _window(r) for r in locked.also[0]}
+        windows.update({(APPLICATION, r["application_id"]): _window(r) for r in locked.also[1]})
+        controls = {r["id"]: r for r in locked.also[2]}
     # Locked first, the clock must be read after the lock; planning on a snapshot, the first read's clock will do.
     now = await (tx.now() if optimistic else tx.refresh_now())
     plan = _plan_starts(commands, locked, controls, windows, now)
@@ -587,18 +662,18 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
         return plan.replies
     await plan.writes.flush_rows(tx)
     usage = plan.writes.usage
+    rates = _rates(controls)
     # The windows count the Starts in the UPDATEs that travel with the COMMIT where the backend
     # can: no round trip then holds the usage rows. Elsewhere they are counted on a locked read.
-    recount = sorted(qid for qid, reserved in plan.counted.items()
-                     if not usage.count_starts_in_sql(tx, qid, len(reserved), int(controls[qid]["rate_per_second"]),
-                                                      now))
+    recount = sorted(k for k, reserved in plan.counted.items()
+                     if not usage.count_starts_in_sql(tx, k[1], len(reserved), rates[k], now, layer=k[0]))
     if recount:
         current = await _read_windows(tx, recount, lock=True)
-        for qid in recount:
-            window = count_starts(current[qid], int(controls[qid]["rate_per_second"]), now, plan.counted[qid])
+        for k in recount:
+            window = count_starts(current[k], rates[k], now, plan.counted[k])
             if window is None:
                 raise PlanNoLongerHolds()
-            usage.set_window(qid, window.start, window.used)
+            usage.set_window(k[1], window.start, window.used, layer=k[0])
     await usage.apply(tx)
     return plan.replies
 

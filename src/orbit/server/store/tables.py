@@ -143,6 +143,7 @@ application_usage = Table(
     Column("rate_window_start", Ts, nullable=True),
     Column("rate_window_used", U64, nullable=False),
     Column("rate_reserved", U64, nullable=False),
+    Column("permits_freed_at", Ts, nullable=True),
 )
 
 tasks = Table(

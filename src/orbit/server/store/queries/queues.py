@@ -80,10 +80,12 @@ def retire(queue_id: str, *, retired_at: Any, revision: int) -> Stmt:
 
 
 def controls(queue_ids: list[str]) -> Stmt:
-    """The queues whose controls a claim or a Start checks, with their application's pause
+    """The queues whose controls a claim or a Start checks, with their application's controls
     (unlocked: a configure that commits meanwhile is caught when the plan is re-checked under
     the usage row's lock)."""
-    return Stmt("SELECT q.*, a.paused AS application_paused FROM queues q "
+    return Stmt("SELECT q.*, a.id AS application_id, a.paused AS application_paused, "
+                "a.max_concurrency AS application_max_concurrency, "
+                "a.rate_per_second AS application_rate_per_second FROM queues q "
                 "JOIN namespaces n ON n.id = q.namespace_id JOIN applications a ON a.id = n.application_id "
                 f"WHERE q.id IN ({placeholders(len(queue_ids))})", queue_ids)
 

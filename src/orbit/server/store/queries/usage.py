@@ -18,6 +18,20 @@ from ..dialect import PlanNoLongerHolds
 from ..tx import Stmt, Tx, placeholders
 
 
+def application_rows(application_ids: list[str], *, lock: bool = False) -> Stmt:
+    """The applications' usage rows in id order; `lock` locks them (after the queues' rows)."""
+    return Stmt(f"SELECT * FROM application_usage WHERE application_id IN ({placeholders(len(application_ids))}) "
+                f"ORDER BY application_id{'{FOR_UPDATE}' if lock else ''}", application_ids)
+
+
+def application_rows_of_queues(queue_ids: list[str], *, lock: bool = False) -> Stmt:
+    """The usage rows of the applications these queues belong to, in id order (only those rows
+    are locked with `lock`)."""
+    return Stmt("SELECT * FROM application_usage WHERE application_id IN (SELECT n.application_id FROM queues q "
+                f"JOIN namespaces n ON n.id = q.namespace_id WHERE q.id IN ({placeholders(len(queue_ids))})) "
+                f"ORDER BY application_id{'{FOR_UPDATE}' if lock else ''}", queue_ids)
+
+
 def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False) -> Stmt:
     """The queues' usage rows (every counter) in queue order; `clock` adds `db_now`, `lock` locks them."""
     now = ", {NOW} AS db_now" if clock else ""
@@ -78,17 +92,21 @@ class Counters:
         return out
 
 
+QUEUE, APPLICATION = "queue", "application"  # the layers whose usage rows keep a rate window
+_TABLES = {QUEUE: ("queue_usage", "queue_id"), APPLICATION: ("application_usage", "application_id")}
+
+
 class UsageChanges:
     """Counter changes of one transaction, written to the usage rows together, last.
 
     Counters are named by their columns; a change without an application id counts on the
-    queue's row only."""
+    queue's row only. Rate windows are kept per layer (`QUEUE`, `APPLICATION`) and row id."""
 
     def __init__(self) -> None:
         self.queues: dict[str, Counters] = defaultdict(Counters)
         self.apps: dict[str, Counters] = defaultdict(Counters)
-        self.windows: dict[str, tuple[datetime | None, int]] = {}
-        self.starts: dict[str, tuple[int, int, datetime]] = {}
+        self.windows: dict[tuple[str, str], tuple[datetime | None, int]] = {}
+        self.starts: dict[tuple[str, str], tuple[int, int, datetime]] = {}
 
     def add(self, queue_id: str, application_id: str | None, unfinished: int = 0, permits_in_use: int = 0,
             rate_reserved: int = 0, **other: int) -> None:
@@ -108,49 +126,50 @@ class UsageChanges:
             self.apps[aid].absorb(counters.items())
         self.windows.update(other.windows)
 
-    def set_window(self, queue_id: str, start: datetime | None, used: int) -> None:
-        """The queue's rate window after this transaction (its reservations change through `add`)."""
-        self.windows[queue_id] = (start, used)
+    def set_window(self, key: str, start: datetime | None, used: int, layer: str = QUEUE) -> None:
+        """A rate window after this transaction (its reservations change through `add`)."""
+        self.windows[(layer, key)] = (start, used)
 
-    def count_starts_in_sql(self, tx: Tx, queue_id: str, n: int, rate: int, now: datetime) -> bool:
-        """Count `n` Starts at `now` on the queue's window *in the UPDATE itself*, instead of
-        writing a window computed from a read: the window as the row holds it when the UPDATE
-        locks it gets them exactly as `core.limits.count_starts` would, or the statement fails
-        and the transaction raises `PlanNoLongerHolds`. False where the backend cannot (the
-        caller then counts them on the window read under the lock)."""
+    def count_starts_in_sql(self, tx: Tx, key: str, n: int, rate: int, now: datetime, layer: str = QUEUE) -> bool:
+        """Count `n` Starts at `now` on a window *in the UPDATE itself*, instead of writing a
+        window computed from a read: the window as the row holds it when the UPDATE locks it
+        gets them exactly as `core.limits.count_starts` would, or the statement fails and the
+        transaction raises `PlanNoLongerHolds`. False where the backend cannot (the caller then
+        counts them on the window read under the lock)."""
         if not tx.deferring:
             return False
         tx.guard_refusal_means(PlanNoLongerHolds)
-        self.windows.pop(queue_id, None)
-        self.starts[queue_id] = (n, rate, now)
+        self.windows.pop((layer, key), None)
+        self.starts[(layer, key)] = (n, rate, now)
         return True
 
     async def apply(self, tx: Tx) -> None:
-        for qid in sorted(set(self.queues) | set(self.windows) | set(self.starts)):
-            counters = self.queues.get(qid) or Counters()
-            sets, params = _counter_sets(counters)
-            if counters.permits_in_use < 0:
-                # A claim that planned before locking this row re-times its leases after this.
-                now = await tx.now()
-                sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
-                            "THEN ? ELSE permits_freed_at END")
-                params += [now, now]
-            w = self.windows.get(qid)
-            if w is not None:
-                sets += ["rate_window_start = ?", "rate_window_used = ?"]
-                params += [w[0], w[1]]
-            counted = self.starts.get(qid)
-            if counted is not None:
-                n, rate, now = counted
-                sets += [COUNT_STARTS_USED, COUNT_STARTS_START]  # in this order: the first reads the old start
-                params += [now, now, n, rate, n, n, rate, n, now, now]
-            if sets:
-                await tx.defer(Stmt(f"UPDATE queue_usage SET {', '.join(sets)} WHERE queue_id = ?", [*params, qid]))
-        for aid in sorted(self.apps):
-            sets, params = _counter_sets(self.apps[aid])
-            if sets:
-                await tx.defer(Stmt(f"UPDATE application_usage SET {', '.join(sets)} WHERE application_id = ?",
-                                    [*params, aid]))
+        for layer, rows in ((QUEUE, self.queues), (APPLICATION, self.apps)):
+            keys = set(rows) | {k for lay, k in self.windows if lay == layer} | {k for lay, k in self.starts
+                                                                                 if lay == layer}
+            for key in sorted(keys):
+                await self._write(tx, layer, key, rows.get(key) or Counters())
+
+    async def _write(self, tx: Tx, layer: str, key: str, counters: Counters) -> None:
+        table, key_column = _TABLES[layer]
+        sets, params = _counter_sets(counters)
+        if counters.permits_in_use < 0:
+            # A claim that planned before locking this row re-times its leases after this.
+            now = await tx.now()
+            sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
+                        "THEN ? ELSE permits_freed_at END")
+            params += [now, now]
+        w = self.windows.get((layer, key))
+        if w is not None:
+            sets += ["rate_window_start = ?", "rate_window_used = ?"]
+            params += [w[0], w[1]]
+        counted = self.starts.get((layer, key))
+        if counted is not None:
+            n, rate, now = counted
+            sets += [COUNT_STARTS_USED, COUNT_STARTS_START]  # in this order: the first reads the old start
+            params += [now, now, n, rate, n, n, rate, n, now, now]
+        if sets:
+            await tx.defer(Stmt(f"UPDATE {table} SET {', '.join(sets)} WHERE {key_column} = ?", [*params, key]))
 
 
 # `core.limits.count_starts` in SQL. The window is open at `now` when it started at most a second
