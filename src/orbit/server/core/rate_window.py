@@ -8,14 +8,16 @@ the database clock and writes the result back in the same transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 WINDOW = timedelta(seconds=1)
 
 
-@dataclass(frozen=True)
-class RateWindow:
+class RateWindow(NamedTuple):
+    """A one-second window: when it opened, Starts counted in it, Starts reserved by claims.
+    A named tuple: one is built per Start and per layer on the hot path."""
+
     start: datetime | None
     used: int
     reserved: int
@@ -33,8 +35,7 @@ def claim_room(window: RateWindow, rate: int, now: datetime) -> int:
     return max(0, rate - window.used_now(now) - window.reserved)
 
 
-@dataclass(frozen=True)
-class StartDecision:
+class StartDecision(NamedTuple):
     allowed: bool
     window: RateWindow
     retry_after_ms: int = 0
