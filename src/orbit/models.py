@@ -117,10 +117,12 @@ class ConfigureQueueRequest(StrictRequest):
     max_unfinished_tasks: int = Field(ge=1, le=1_000_000)
 
 
-# A queue's controls are the fields a configure replaces all at once; the server stores each in
-# the column of its name and returns it on the queue object.
-QUEUE_CONTROLS: tuple[str, ...] = tuple(
-    name for name in ConfigureQueueRequest.model_fields if name not in ("expected_revision", "reason"))
+def configure_controls(model: type[BaseModel]) -> dict[str, type]:
+    """The controls a configure model replaces all at once (its fields but the revision and the
+    reason), each with its JSON type (bool or int): the server stores each in the column of its
+    name and returns it on the resource's object."""
+    return {name: (bool if field.annotation is bool else int) for name, field in model.model_fields.items()
+            if name not in ("expected_revision", "reason")}
 
 
 class RetireQueueRequest(StrictRequest):

@@ -59,6 +59,11 @@ def state_conflict(message: str, **details: Any) -> DomainError:
     return DomainError("STATE_CONFLICT", message, details=details or None)
 
 
+def stale_revision(expected: str, current: int, what: str) -> DomainError:
+    return DomainError("STATE_CONFLICT", f"expected_revision {expected} is stale; the {what} is at revision {current}",
+                       details={"current_revision": str(current)})
+
+
 def idempotency_conflict() -> DomainError:
     return DomainError("IDEMPOTENCY_CONFLICT", "the idempotency key was already used with different content")
 

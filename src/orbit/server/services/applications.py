@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...models import ConfigureApplicationRequest
+from ...models import ConfigureApplicationRequest, configure_controls
 from ..core.ids import is_id
 from ..core.timefmt import format_ts
-from ..errors import not_found, state_conflict
+from ..errors import not_found, stale_revision
 from ..store.db import Database
 from ..store.queries import applications as app_q
 from ..store.tx import Tx
@@ -18,9 +18,7 @@ from .outbox import emit, write_audit
 
 OP_CONFIGURE = "applications.configure"
 # Every quota, declared once by the configure model, with its JSON type.
-QUOTAS = {name: (bool if field.annotation is bool else int)
-          for name, field in ConfigureApplicationRequest.model_fields.items()
-          if name not in ("expected_revision", "reason")}
+QUOTAS = configure_controls(ConfigureApplicationRequest)
 
 
 def application_json(row: Any) -> dict[str, Any]:
@@ -62,8 +60,7 @@ async def configure_application(db: Database, w: WriteRequest, application_id: s
             raise not_found("application")
         current = int(locked["revision"])
         if int(req.expected_revision) != current:
-            raise state_conflict(f"expected_revision {req.expected_revision} is stale; the application is at "
-                                 f"revision {current}", current_revision=str(current))
+            raise stale_revision(req.expected_revision, current, "application")
         row = await tx.one(app_q.with_usage(application_id))
         before = application_json(row)
         changes = {**{q: getattr(req, q) for q in QUOTAS}, "revision": current + 1, "updated_at": await tx.now()}

@@ -211,6 +211,12 @@ def _application_room(commands: list[ClaimCommand], live: dict[str, list[int]], 
     return {aid: grant_size(n, _application_limits(sample[aid], usage[aid]), now) for aid, n in wanted.items()}
 
 
+def _grant(commands: list[ClaimCommand], q: dict[str, Any], usage: dict[str, Any], room: dict[str, int],
+           now: datetime) -> int:
+    """A queue's grant: what its own limits allow, within what is left of its application's room."""
+    return min(grant_size(sum(c.max_tasks for c in commands), _limits(q, usage), now), room[q["application_id"]])
+
+
 @dataclass
 class _PlannedGrant:
     """A queue's grant planned on the unlocked snapshot, written but not yet checked under the lock."""
@@ -231,7 +237,7 @@ async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], repli
     unlocked usage read shows in the queue and what is left of its application's `room`; the
     writes wait to travel with the round trip that locks the usage rows."""
     aid = q["application_id"]
-    grant = min(grant_size(sum(c.max_tasks for c in commands), _limits(q, usage), now), room[aid])
+    grant = _grant(commands, q, usage, room, now)
     # Claims on other nodes run at the same time: each locked its own candidates (SKIP LOCKED).
     candidates = picked[:grant]
     if not candidates:
@@ -262,17 +268,15 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
         for p in planned:
             await _retime(tx, p.commands, p.slots, replies, now)
     changes = UsageChanges()
-    per_app: dict[str, int] = {}
+    per_app: dict[str, tuple[int, dict[str, Any]]] = {}  # leases granted, and a queue row with the controls
     for p in planned:
         q = controls_of[p.queue_id]
         if not grant_still_fits(p.leases, _limits(q, usage_of[p.queue_id]), now):
             raise PlanNoLongerHolds()
-        per_app[p.application_id] = per_app.get(p.application_id, 0) + p.leases
+        per_app[p.application_id] = (per_app.get(p.application_id, (0, q))[0] + p.leases, q)
         changes.merge(p.changes)
-    for p in planned:
-        n = per_app.pop(p.application_id, None)
-        if n is not None and not grant_still_fits(
-                n, _application_limits(controls_of[p.queue_id], app_usage_of[p.application_id]), now):
+    for aid, (n, q) in per_app.items():
+        if not grant_still_fits(n, _application_limits(q, app_usage_of[aid]), now):
             raise PlanNoLongerHolds()
     await changes.apply(tx)
 
@@ -296,8 +300,7 @@ async def _grant_locked(tx: Tx, commands: list[ClaimCommand], live: dict[str, li
         slots = live[qid]
         mine = [commands[i] for i in slots]
         q = controls[qid]
-        grant = min(grant_size(sum(c.max_tasks for c in mine), _limits(q, usage_of[qid]), now),
-                    room[q["application_id"]])
+        grant = _grant(mine, q, usage_of[qid], room, now)
         if grant <= 0:
             continue
         # The usage rows are held: claims take turns, so a plain indexed read is enough, and the
@@ -546,10 +549,13 @@ async def _read_windows(tx: Tx, keys: list[Window], *, lock: bool) -> dict[Windo
     app_ids = sorted(k for layer, k in keys if layer == APPLICATION)
     reads = ([usage_q.queue_rows(queue_ids, lock=lock)] if queue_ids else []) + \
             ([usage_q.application_rows(app_ids, lock=lock)] if app_ids else [])
-    out: dict[Window, RateWindow] = {}
-    for rows in await tx.rows_multi(reads):
-        for r in rows:
-            out[(QUEUE, r["queue_id"]) if "queue_id" in r else (APPLICATION, r["application_id"])] = _window(r)
+    results = iter(await tx.rows_multi(reads))
+    return _windows(next(results) if queue_ids else [], next(results) if app_ids else [])
+
+
+def _windows(queue_rows: list[dict[str, Any]], app_rows: list[dict[str, Any]]) -> dict[Window, RateWindow]:
+    out = {(QUEUE, r["queue_id"]): _window(r) for r in queue_rows}
+    out.update({(APPLICATION, r["application_id"]): _window(r) for r in app_rows})
     return out
 
 
@@ -570,7 +576,7 @@ class _StartPlan:
 
 
 def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[str, Any],
-                 windows: dict[Window, RateWindow], now: datetime) -> _StartPlan:
+                 windows: dict[Window, RateWindow], rates: dict[Window, int], now: datetime) -> _StartPlan:
     w = _Writes()
     replies: list[Result] = []
     counted: dict[Window, list[bool]] = {}
@@ -578,7 +584,6 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
     leases_ = {k: dict(v) for k, v in locked.leases.items()}
     tasks_ = {k: dict(v) for k, v in locked.tasks.items()}
     windows = dict(windows)
-    rates = _rates(controls)
     for c in commands:
         lease = leases_.get(c.lease_id)
         if lease is None or lease["credential_id"] != c.credential_id:
@@ -644,12 +649,12 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
     windows: dict[Window, RateWindow] = {}
     controls: dict[str, Any] = {}
     if locked.also:
-        windows = {(QUEUE, r["queue_id"]): _window(r) for r in locked.also[0]}
-        windows.update({(APPLICATION, r["application_id"]): _window(r) for r in locked.also[1]})
+        windows = _windows(locked.also[0], locked.also[1])
         controls = {r["id"]: r for r in locked.also[2]}
+    rates = _rates(controls)
     # Locked first, the clock must be read after the lock; planning on a snapshot, the first read's clock will do.
     now = await (tx.now() if optimistic else tx.refresh_now())
-    plan = _plan_starts(commands, locked, controls, windows, now)
+    plan = _plan_starts(commands, locked, controls, windows, rates, now)
     if not optimistic:
         await plan.writes.flush(tx)
         return plan.replies
@@ -657,12 +662,11 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
         # A refusal must be exact: decide again with the windows locked (nothing is written yet).
         windows = await _read_windows(tx, sorted(windows), lock=True)
         now = await tx.refresh_now()
-        plan = _plan_starts(commands, locked, controls, windows, now)
+        plan = _plan_starts(commands, locked, controls, windows, rates, now)
         await plan.writes.flush(tx)
         return plan.replies
     await plan.writes.flush_rows(tx)
     usage = plan.writes.usage
-    rates = _rates(controls)
     # The windows count the Starts in the UPDATEs that travel with the COMMIT where the backend
     # can: no round trip then holds the usage rows. Elsewhere they are counted on a locked read.
     recount = sorted(k for k, reserved in plan.counted.items()
@@ -783,8 +787,8 @@ def _keep_late_report(w: _Writes, lease: dict[str, Any], c: CompleteCommand, now
     if len(late) < MAX_LATE_REPORTS:
         late.append({"msg_id": c.msg_id, "outcome": c.outcome, "received_at": format_ts(now),
                      "error": c.error_message, "result": c.result})
-        w.lease(lease["id"], late_reports=orjson.dumps(late).decode())
         lease["late_reports"] = orjson.dumps(late).decode()
+        w.lease(lease["id"], late_reports=lease["late_reports"])
 
 
 def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: CompleteCommand,

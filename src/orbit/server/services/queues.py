@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...models import QUEUE_CONTROLS, ConfigureQueueRequest, CreateQueueRequest, RetireQueueRequest
+from ...models import ConfigureQueueRequest, CreateQueueRequest, RetireQueueRequest, configure_controls
 from ..core.ids import is_id, new_id
 from ..core.timefmt import format_ts
-from ..errors import not_found, state_conflict
+from ..errors import not_found, stale_revision, state_conflict
 from ..store.db import Database
 from ..store.queries import queues as queue_q
 from ..store.queries import usage as usage_q
@@ -23,8 +23,7 @@ from .outbox import emit, write_audit
 DEFAULT_MAX_UNFINISHED_TASKS = 100_000
 
 # Every control of a queue (declared once, by the API's models), with its JSON type.
-CONTROLS = {name: (bool if ConfigureQueueRequest.model_fields[name].annotation is bool else int)
-            for name in QUEUE_CONTROLS}
+CONTROLS = configure_controls(ConfigureQueueRequest)
 
 
 # What a new queue starts with where its create request says nothing: not paused, and the
@@ -101,10 +100,7 @@ async def create_queue(db: Database, w: WriteRequest, req: CreateQueueRequest) -
 def _check_revision(row: Any, expected: str) -> None:
     current = int(row["revision"])
     if int(expected) != current:
-        raise state_conflict(
-            f"expected_revision {expected} is stale; the queue is at revision {current}",
-            current_revision=str(current),
-        )
+        raise stale_revision(expected, current, "queue")
 
 
 def _check_not_retired(row: Any) -> None:

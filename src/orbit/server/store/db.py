@@ -8,6 +8,7 @@ so it must not touch the network other than the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 from collections.abc import Awaitable, Callable
@@ -181,14 +182,7 @@ class Database:
         SQLite's single writer), retried like `transaction`."""
 
         async def once(state: dict[str, bool]) -> T:
-            if self._write_lock is not None:
-                async with self._write_lock:
-                    async with self.engine.connect() as conn:
-                        async with conn.begin():
-                            result = await fn(Tx(self.dialect, conn=conn))
-                            state["committing"] = True
-                return result
-            async with self.engine.connect() as conn:
+            async with self._write_lock or contextlib.nullcontext(), self.engine.connect() as conn:
                 async with conn.begin():
                     result = await fn(Tx(self.dialect, conn=conn))
                     state["committing"] = True

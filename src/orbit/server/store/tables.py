@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
 
-from ...models import QUEUE_CONTROLS, ConfigureQueueRequest
+from ...models import ConfigureQueueRequest, configure_controls
 from .types import U32, U64, AsciiKey, Bool, Hash, Id, JsonText, Name, Seq, Short, Ts, Utf8Text
 
 metadata = MetaData()
@@ -14,8 +14,8 @@ metadata = MetaData()
 def _queue_controls() -> list[Column]:
     """One column per control of a queue, named as the API names it (their exact SQL types are
     the migrations'; Core only needs the names)."""
-    fields = ConfigureQueueRequest.model_fields
-    return [Column(name, Bool if fields[name].annotation is bool else U64, nullable=False) for name in QUEUE_CONTROLS]
+    return [Column(name, Bool if kind is bool else U64, nullable=False)
+            for name, kind in configure_controls(ConfigureQueueRequest).items()]
 
 
 applications = Table(
