@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .batching import KeyedBatcher
 from .config import Settings
 from .services import tasks as task_service
+from .services.dispatch import Unparker
 from .services.auth import TokenCache
 from .store import migrate
 from .store.db import Database
@@ -30,6 +31,7 @@ class Node:
     hub: WorkerHub
     tokens: TokenCache = field(default_factory=TokenCache)
     submits: KeyedBatcher = field(init=False)
+    unparker: Unparker = field(init=False)
     draining: bool = False
     schema_head: str = field(default_factory=migrate.head_revision)
     _schema_checked_at: float = 0.0
@@ -39,6 +41,13 @@ class Node:
         db = self.db
         # Single submits of one queue that arrive together share a transaction.
         self.submits = KeyedBatcher("submit", lambda group: task_service.submit_group(db, group), max_batch=100)
+        # Tasks parked on a resource key come back as soon as a transaction here frees a permit of it.
+        self.unparker = Unparker(db)
+        db.on_keys_freed = self.unparker.freed
+
+    async def unpark(self) -> None:
+        for queue_id in await self.unparker.run_once():
+            self.wakeups.claims.notify(queue_id)
 
     @classmethod
     def create(cls, settings: Settings, db: Database) -> Node:

@@ -12,6 +12,8 @@ rules are in `core/lease.py` and `core/limits.py`.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,6 +25,8 @@ from ..core import lease as rules
 from ..core import states
 from ..core.ids import new_id
 from ..core.lease import DEFAULT_LEASE_MS, ENDED, HEARTBEAT_MS, LEASED, MAX_LATE_REPORTS, MAX_LEASE_MS, RUNNING
+from ..core import dispatch_order as fair
+from ..core.dispatch_order import KeyRoom, choose, in_dispatch_order
 from ..core.limits import QueueLimits, count_starts, grant_size, grant_still_fits
 from ..core.rate_window import RateWindow, authorize_start
 from ..core.timefmt import format_ts
@@ -30,6 +34,7 @@ from ..errors import DomainError
 from ..store.db import Database
 from ..store.dialect import PlanNoLongerHolds
 from ..store.queries import claims as claim_q
+from ..store.queries import key_permits as key_q
 from ..store.queries import leases as lease_q
 from ..store.queries import queues as queue_q
 from ..store.queries import tasks as task_q
@@ -116,7 +121,7 @@ class ClaimCommand:
 async def claim(
     db: Database, who: WorkerIdentity, queue_id: str, *, max_tasks: int, lease_ms: int, msg_id: str
 ) -> Result:
-    """Lease up to `max_tasks` due tasks in dispatch order within the queue's free permits and rate space."""
+    """Lease up to `max_tasks` due tasks in dispatch order within every layer's room."""
     (reply,) = await claim_many(db, [ClaimCommand(who, queue_id, max_tasks, lease_ms, msg_id)])
     return reply
 
@@ -131,11 +136,15 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[Result]
     claim locks the usage rows *last*: the grants are planned on unlocked reads,
     the chosen tasks are locked with SKIP LOCKED (so claims on several nodes never
     take the same task nor wait on each other) and written, and only then are the
-    queues' usage rows locked, in queue order, and every grant re-checked. If one
-    no longer fits, everything is rolled back and the claims run again with each
-    usage row locked first. If a permit was given back at a later database time
-    than the plan's clock, the leases are re-timed to just after it
-    (`permits_freed_at`), so stored lease intervals never overlap beyond the limit.
+    usage rows locked — queues, applications, resource keys, each in id order — and
+    every grant re-checked. If one no longer fits, everything is rolled back and the
+    claims run again with each usage row locked first. If a permit was given back at
+    a later database time than the plan's clock, the leases are re-timed to just
+    after it (`permits_freed_at`), so stored lease intervals never overlap beyond a limit.
+
+    A candidate whose resource key has no free permit is parked on it (taken out of
+    the claimable part of the dispatch index) and the candidates behind it are
+    served; a claim reads further, a bounded number of rows, only while it parks.
     """
     return await db.lock_last(lambda tx, optimistic: _claim_body(tx, commands, optimistic=optimistic))
 
@@ -152,10 +161,11 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
     if optimistic:
         # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as its
         # claims could take in the same round trip; the grants then decide how many are used.
-        reads += [usage_q.queue_rows(queue_ids, clock=True), usage_q.application_rows(app_ids)]
-        reads += [task_q.claimable(qid, sum(commands[i].max_tasks for i in by_queue[qid]), skip_locked=True)
-                  for qid in queue_ids]
+        reads += [usage_q.queue_rows(queue_ids, clock=True), usage_q.application_rows(app_ids),
+                  key_q.nodes(queue_ids)]
+        reads += [task_q.claimable(qid, _wanted(commands, by_queue[qid]), skip_locked=True) for qid in queue_ids]
     prior, control_rows, *rest = await tx.rows_multi(reads)
+    notes: list[Stmt] = []
     controls = {r["id"]: r for r in control_rows}
     stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
     for i, k in enumerate(keys):
@@ -179,18 +189,30 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
     if live and optimistic:
         snapshots = {r["queue_id"]: r for r in rest[0]}
         app_snapshots = {r["application_id"]: r for r in rest[1]}
-        picks = dict(zip(queue_ids, rest[2:]))
+        nodes = _nodes_by_queue(rest[2])
+        picks = dict(zip(queue_ids, rest[3:]))
         tx.adopt_clock(snapshots[next(iter(live))])
         now = await tx.now()
         room = _application_room(commands, live, controls, app_snapshots, now)
-        planned = [p for qid, slots in live.items()
-                   if (p := await _plan_grant(tx, qid, [commands[i] for i in slots], replies, slots, controls[qid],
-                                              snapshots[qid], picks[qid], room, now)) is not None]
+        rooms: dict[str, KeyRoom] = {}
+        planned = []
+        for qid, slots in live.items():
+            p = await _plan_grant(tx, qid, commands, slots, replies, controls[qid], snapshots[qid],
+                                  picks[qid], room, rooms, nodes.get(qid, {}), now, notes)
+            if p is not None:
+                planned.append(p)
         if planned:
             await _confirm_grants(tx, planned, replies)
     elif live:
-        await _grant_locked(tx, commands, live, replies)
+        await _grant_locked(tx, commands, live, replies, notes)
+    # The nodes' rows come after every usage row (the lock order).
+    for stmt in notes:
+        await tx.defer(stmt)
     return [r if r is not None else {"tasks": []} for r in replies]
+
+
+def _wanted(commands: list[ClaimCommand], slots: list[int]) -> int:
+    return sum(commands[i].max_tasks for i in slots)
 
 
 def _application_limits(q: dict[str, Any], usage: dict[str, Any]) -> QueueLimits:
@@ -206,15 +228,96 @@ def _application_room(commands: list[ClaimCommand], live: dict[str, list[int]], 
     sample: dict[str, dict[str, Any]] = {}
     for qid, slots in live.items():
         aid = controls[qid]["application_id"]
-        wanted[aid] = wanted.get(aid, 0) + sum(commands[i].max_tasks for i in slots)
+        wanted[aid] = wanted.get(aid, 0) + _wanted(commands, slots)
         sample[aid] = controls[qid]
     return {aid: grant_size(n, _application_limits(sample[aid], usage[aid]), now) for aid, n in wanted.items()}
 
 
-def _grant(commands: list[ClaimCommand], q: dict[str, Any], usage: dict[str, Any], room: dict[str, int],
-           now: datetime) -> int:
+def _nodes_by_queue(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["queue_id"], {})[r["worker_node_id"]] = r
+    return out
+
+
+def _fair_caps(commands: list[ClaimCommand], slots: list[int], max_concurrency: int,
+               nodes: dict[str, dict[str, Any]], now: datetime) -> list[int]:
+    """Each claim's most leases: its `max_tasks`, within its node's fair share of the queue while
+    another active node waits (a node claiming in this same transaction waits too)."""
+    claiming = {commands[i].who.worker_node_id for i in slots}
+    active = claiming | {n for n, r in nodes.items()
+                         if r["last_claim_at"] >= now - timedelta(seconds=fair.ACTIVE_WINDOW_S)}
+    waiting = claiming | {n for n, r in nodes.items() if r["wanting_at"] is not None
+                          and r["wanting_at"] >= now - timedelta(seconds=fair.WANTING_WINDOW_S)}
+    holding = {n: int(r["in_flight"]) for n, r in nodes.items()}
+    caps = []
+    for i in slots:
+        node = commands[i].who.worker_node_id
+        room = fair.fair_room(max_concurrency, len(active), holding.get(node, 0), bool(waiting - {node}))
+        cap = commands[i].max_tasks if room is None else min(commands[i].max_tasks, room)
+        holding[node] = holding.get(node, 0) + cap
+        caps.append(cap)
+    return caps
+
+
+def _grant(wanted: int, q: dict[str, Any], usage: dict[str, Any], room: dict[str, int], now: datetime) -> int:
     """A queue's grant: what its own limits allow, within what is left of its application's room."""
-    return min(grant_size(sum(c.max_tasks for c in commands), _limits(q, usage), now), room[q["application_id"]])
+    return min(grant_size(wanted, _limits(q, usage), now), room[q["application_id"]])
+
+
+MAX_PARKING_SCAN = 2000  # candidates one claim reads per queue at most while it parks tasks
+
+
+async def _key_rooms(tx: Tx, key_ids: list[str], *, lock: bool) -> dict[str, KeyRoom]:
+    usage_rows, limit_rows = await tx.rows_multi([usage_q.resource_key_rows(key_ids, lock=lock),
+                                                 key_q.limits(key_ids)])
+    limits = {r["id"]: int(r["max_concurrency"]) for r in limit_rows}
+    return {r["resource_key_id"]: KeyRoom(limits[r["resource_key_id"]], int(r["permits_in_use"]))
+            for r in usage_rows}
+
+
+async def _take(tx: Tx, queue_id: str, grant: int, first: list[dict[str, Any]], limit: int, now: datetime,
+                rooms: dict[str, KeyRoom], parked: dict[str, int], *, optimistic: bool) -> list[dict[str, Any]]:
+    """Up to `grant` candidates in dispatch order whose every resource key has a free permit
+    (`rooms`, updated with what is taken); candidates with a saturated key are parked on it
+    (`parked` counts them per key) and the claim reads on, while it parks, up to
+    `MAX_PARKING_SCAN` rows: each blocked task is read once, then no claim reads it again
+    until its key gives a permit back."""
+    taken: list[dict[str, Any]] = []
+    rows = in_dispatch_order(first, now)
+    exhausted = _exhausted(first, limit)
+    scanned = 0
+    while True:
+        unknown = sorted({k for r in rows for k in task_q.resource_key_ids(r)} - rooms.keys())
+        if unknown:
+            # Planning: unlocked (the confirmation locks them); in the locked order: locked now.
+            rooms.update(await _key_rooms(tx, unknown, lock=not optimistic))
+        choice = choose([task_q.resource_key_ids(r) for r in rows], grant - len(taken), rooms)
+        for i in choice.taken:
+            taken.append(rows[i])
+            for k in task_q.resource_key_ids(rows[i]):
+                rooms[k] = rooms[k]._replace(in_use=rooms[k].in_use + 1)
+        by_key: dict[str, list[str]] = {}
+        for i, k in choice.parked.items():
+            by_key.setdefault(k, []).append(rows[i]["id"])
+        for k, ids in sorted(by_key.items()):
+            parked[k] = parked.get(k, 0) + await tx.count(task_q.park(ids, k))
+        scanned += len(rows)
+        if not choice.parked or len(taken) >= grant or exhausted or scanned >= MAX_PARKING_SCAN:
+            return taken
+        limit = min(limit * 4, 256)
+        seen = {t["id"] for t in taken}
+        fresh = await tx.rows(task_q.claimable(queue_id, limit + len(seen), now=now, skip_locked=optimistic))
+        exhausted = _exhausted(fresh, limit + len(seen))
+        rows = in_dispatch_order([r for r in fresh if r["id"] not in seen], now)
+
+
+def _exhausted(rows: list[dict[str, Any]], limit: int) -> bool:
+    """Whether a level-wise read returned every claimable task (no level filled its limit)."""
+    per_level: dict[int, int] = {}
+    for r in rows:
+        per_level[int(r["priority"])] = per_level.get(int(r["priority"]), 0) + 1
+    return all(n < limit for n in per_level.values())
 
 
 @dataclass
@@ -228,109 +331,170 @@ class _PlannedGrant:
     now: datetime
     leases: int
     changes: UsageChanges
+    key_leases: dict[str, int]  # leases taken per resource key
+    parked: dict[str, int]  # tasks parked per resource key
 
 
-async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], replies: list[Any], slots: list[int],
+async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], slots: list[int], replies: list[Any],
                       q: dict[str, Any], usage: dict[str, Any], picked: list[dict[str, Any]],
-                      room: dict[str, int], now: datetime) -> _PlannedGrant | None:
-    """Lease the due tasks `picked` (locked with SKIP LOCKED) to `commands` within the room an
-    unlocked usage read shows in the queue and what is left of its application's `room`; the
-    writes wait to travel with the round trip that locks the usage rows."""
+                      room: dict[str, int], rooms: dict[str, KeyRoom], nodes: dict[str, dict[str, Any]],
+                      now: datetime, notes: list[Stmt]) -> _PlannedGrant | None:
+    """Lease the due tasks `picked` (locked with SKIP LOCKED) to the claims within the room an
+    unlocked usage read shows in the queue, what is left of its application's `room`, the keys'
+    `rooms` and each node's fair share; the writes wait to travel with the round trip that
+    locks the usage rows."""
     aid = q["application_id"]
-    grant = _grant(commands, q, usage, room, now)
-    # Claims on other nodes run at the same time: each locked its own candidates (SKIP LOCKED).
-    candidates = picked[:grant]
-    if not candidates:
+    mine = [commands[i] for i in slots]
+    caps = _fair_caps(commands, slots, int(q["max_concurrency"]), nodes, now)
+    grant = _grant(sum(caps), q, usage, room, now)
+    parked: dict[str, int] = {}
+    candidates = await _take(tx, queue_id, grant, picked, _wanted(commands, slots), now, rooms, parked,
+                             optimistic=True) if grant > 0 else []
+    notes += _note_claims(queue_id, mine, caps, candidates, nodes, now)
+    if not candidates and not parked:
         return None
     room[aid] -= len(candidates)
-    await tx.defer(task_q.mark_leased([t["id"] for t in candidates], now))
-    changes = await _write_leases(tx, queue_id, commands, slots, replies, candidates, now, defer_receipts=True)
-    return _PlannedGrant(queue_id, aid, commands, slots, now, len(candidates), changes)
+    if candidates:
+        await tx.defer(task_q.mark_leased([t["id"] for t in candidates], now))
+    changes = await _write_leases(tx, queue_id, mine, caps, slots, replies, candidates, now, defer_receipts=True)
+    key_leases: dict[str, int] = {}
+    for t in candidates:
+        for k in task_q.resource_key_ids(t):
+            key_leases[k] = key_leases.get(k, 0) + 1
+    return _PlannedGrant(queue_id, aid, mine, slots, now, len(candidates), changes, key_leases, parked)
+
+
+def _note_claims(queue_id: str, commands: list[ClaimCommand], caps: list[int], candidates: list[dict[str, Any]],
+                 nodes: dict[str, dict[str, Any]], now: datetime) -> list[Stmt]:
+    """Record each claiming node's activity on the queue, whether it still wants more, and the
+    permits it now holds; an idle poll rewrites its row only when that changes what others see."""
+    granted: dict[str, int] = {}
+    wanting: dict[str, bool] = {}
+    pos = 0
+    for c, cap in zip(commands, caps, strict=True):
+        n = len(candidates[pos: pos + cap])
+        pos += cap
+        node = c.who.worker_node_id
+        granted[node] = granted.get(node, 0) + n
+        wanting[node] = wanting.get(node, False) or n < c.max_tasks
+    out = []
+    for node in sorted(granted):
+        row = nodes.get(node)
+        stale = row is None or row["last_claim_at"] < now - timedelta(seconds=fair.WANTING_WINDOW_S / 2)
+        flips = row is not None and wanting[node] != (row["wanting_at"] is not None)
+        if granted[node] or stale or flips:
+            out.append(key_q.note_claim(queue_id, node, now, wanting[node], granted[node]))
+    return out
 
 
 async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[Any]) -> None:
-    """Lock the planned queues' usage rows (queue order), then their applications', in the round
-    trip that carries every grant's writes, and check each grant there; raise `PlanNoLongerHolds`
-    if one no longer fits."""
+    """Lock the planned queues' usage rows (queue order), then their applications', then their
+    resource keys', in the round trip that carries every grant's writes, and check each grant
+    there; raise `PlanNoLongerHolds` if one no longer fits, or if a key a task was parked on
+    has a free permit after all."""
     ids = sorted(p.queue_id for p in planned)
     app_ids = sorted({p.application_id for p in planned})
-    usage_rows, app_rows, control_rows = await tx.rows_multi([
-        usage_q.queue_rows(ids, lock=True), usage_q.application_rows(app_ids, lock=True), queue_q.controls(ids)])
+    key_ids = sorted({k for p in planned for k in (*p.key_leases, *p.parked)})
+    reads = [usage_q.queue_rows(ids, lock=True), usage_q.application_rows(app_ids, lock=True), queue_q.controls(ids)]
+    if key_ids:
+        reads += [usage_q.resource_key_rows(key_ids, lock=True), key_q.limits(key_ids)]
+    usage_rows, app_rows, control_rows, *key_reads = await tx.rows_multi(reads)
     usage_of = {r["queue_id"]: r for r in usage_rows}
     app_usage_of = {r["application_id"]: r for r in app_rows}
     controls_of = {r["id"]: r for r in control_rows}
+    key_rows = key_reads[0] if key_ids else []
     now = planned[0].now
     # A permit these claims may reuse was given back at a later database time than the plan's
     # clock: lease from just after it, so no stored interval overlaps another beyond a limit.
-    freed = [r["permits_freed_at"] for r in (*usage_rows, *app_rows) if r["permits_freed_at"] is not None]
+    freed = [r["permits_freed_at"] for r in (*usage_rows, *app_rows, *key_rows) if r["permits_freed_at"] is not None]
     if freed and max(freed) >= now:
         now = max(freed) + timedelta(microseconds=1)
         for p in planned:
             await _retime(tx, p.commands, p.slots, replies, now)
     changes = UsageChanges()
     per_app: dict[str, tuple[int, dict[str, Any]]] = {}  # leases granted, and a queue row with the controls
+    key_leases: dict[str, int] = {}
+    parked: set[str] = set()
     for p in planned:
         q = controls_of[p.queue_id]
         if not grant_still_fits(p.leases, _limits(q, usage_of[p.queue_id]), now):
             raise PlanNoLongerHolds()
         per_app[p.application_id] = (per_app.get(p.application_id, (0, q))[0] + p.leases, q)
+        for k, n in p.key_leases.items():
+            key_leases[k] = key_leases.get(k, 0) + n
+        parked.update(p.parked)
         changes.merge(p.changes)
     for aid, (n, q) in per_app.items():
         if not grant_still_fits(n, _application_limits(q, app_usage_of[aid]), now):
             raise PlanNoLongerHolds()
+    if key_ids:
+        limits = {r["id"]: int(r["max_concurrency"]) for r in key_reads[1]}
+        for r in key_rows:
+            k = r["resource_key_id"]
+            after = int(r["permits_in_use"]) + key_leases.get(k, 0)
+            if after > limits[k] or (k in parked and after < limits[k]):
+                raise PlanNoLongerHolds()
     await changes.apply(tx)
 
 
-async def _grant_locked(tx: Tx, commands: list[ClaimCommand], live: dict[str, list[int]], replies: list[Any]) -> None:
+async def _grant_locked(tx: Tx, commands: list[ClaimCommand], live: dict[str, list[int]], replies: list[Any],
+                       notes: list[Stmt]) -> None:
     """The exact order: lock the queues' usage rows, then their applications', then pick and lease
-    under them."""
+    under them (locking the candidates' resource keys' rows as they are met)."""
     queue_ids = sorted(live)
     app_ids = sorted({commands[slots[0]].who.principal.application_id for slots in live.values()})
-    usage_rows, app_rows, control_rows = await tx.rows_multi([
+    usage_rows, app_rows, control_rows, node_rows = await tx.rows_multi([
         usage_q.queue_rows(queue_ids, lock=True), usage_q.application_rows(app_ids, lock=True),
         # Read under the usage locks: a configure that committed meanwhile counts.
-        queue_q.controls(queue_ids)])
+        queue_q.controls(queue_ids), key_q.nodes(queue_ids)])
     usage_of = {r["queue_id"]: r for r in usage_rows}
     controls = {r["id"]: r for r in control_rows}
+    nodes = _nodes_by_queue(node_rows)
     # The clock after the locks: every lease whose permit is reused here ended before it.
     now = await tx.refresh_now()
     room = _application_room(commands, live, controls, {r["application_id"]: r for r in app_rows}, now)
+    rooms: dict[str, KeyRoom] = {}
     changes = UsageChanges()
     for qid in queue_ids:
         slots = live[qid]
         mine = [commands[i] for i in slots]
         q = controls[qid]
-        grant = _grant(mine, q, usage_of[qid], room, now)
-        if grant <= 0:
-            continue
-        # The usage rows are held: claims take turns, so a plain indexed read is enough, and the
-        # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
-        candidates = await tx.rows(task_q.claimable(qid, grant, now=now))
+        caps = _fair_caps(commands, slots, int(q["max_concurrency"]), nodes.get(qid, {}), now)
+        grant = _grant(sum(caps), q, usage_of[qid], room, now)
+        candidates: list[dict[str, Any]] = []
+        if grant > 0:
+            # The usage rows are held: claims take turns, so a plain indexed read is enough, and the
+            # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
+            wanted = _wanted(commands, slots)
+            first = await tx.rows(task_q.claimable(qid, wanted, now=now))
+            candidates = await _take(tx, qid, grant, first, wanted, now, rooms, {}, optimistic=False)
+        if candidates:
+            ids = [t["id"] for t in candidates]
+            taken = await tx.count(task_q.mark_leased(ids, now, only_waiting=True))
+            if taken != len(ids):
+                leased = {r["id"] for r in await tx.rows(task_q.leased_among(ids))}
+                candidates = [t for t in candidates if t["id"] in leased]
+        notes += _note_claims(qid, mine, caps, candidates, nodes.get(qid, {}), now)
         if not candidates:
             continue
-        ids = [t["id"] for t in candidates]
-        taken = await tx.count(task_q.mark_leased(ids, now, only_waiting=True))
-        if taken != len(ids):
-            leased = {r["id"] for r in await tx.rows(task_q.leased_among(ids))}
-            candidates = [t for t in candidates if t["id"] in leased]
-            if not candidates:
-                continue
         room[q["application_id"]] -= len(candidates)
-        changes.merge(await _write_leases(tx, qid, mine, slots, replies, candidates, now, defer_receipts=False))
+        changes.merge(await _write_leases(tx, qid, mine, caps, slots, replies, candidates, now,
+                                          defer_receipts=False))
     await changes.apply(tx)
 
 
-async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], slots: list[int], replies: list[Any],
-                        candidates: list[dict[str, Any]], now: datetime, *, defer_receipts: bool) -> UsageChanges:
-    """Share `candidates` among `commands` in arrival order: lease rows, events, claim receipts
-    and each command's reply; returns the usage changes (not yet applied)."""
+async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], caps: list[int], slots: list[int],
+                        replies: list[Any], candidates: list[dict[str, Any]], now: datetime, *,
+                        defer_receipts: bool) -> UsageChanges:
+    """Share `candidates` among `commands` in arrival order, each up to its cap: lease rows,
+    events, claim receipts and each command's reply; returns the usage changes (not yet applied)."""
     lease_rows = []
     events = []
     receipts = []
     changes = UsageChanges()
     pos = 0
-    for slot, c in zip(slots, commands):
-        mine, pos = candidates[pos : pos + c.max_tasks], pos + c.max_tasks
+    for slot, c, cap in zip(slots, commands, caps, strict=True):
+        mine, pos = candidates[pos : pos + cap], pos + cap
         if not mine:
             continue
         who = c.who
@@ -346,7 +510,7 @@ async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], slo
             }
             lease_rows.append([lease[col] for col in lease_q.COLUMNS])
             granted.append(lease_json(lease, t, orjson.Fragment(t["payload"])))
-            changes.add(queue_id, t["application_id"], permits_in_use=1, rate_reserved=1)
+            changes.add(queue_id, t["application_id"], permits_in_use=1, rate_reserved=1, keys=task_q.resource_key_ids(t))
             events.append(_task_event(t, "task.leased", states.LEASED, lease_id=lease["id"], attempt=lease["attempt"]))
         receipts.append((who.principal.credential_id, c.msg_id, _claim_receipt(granted, c.lease_ms), now))
         replies[slot] = {"tasks": granted}
@@ -480,10 +644,22 @@ class _Writes:
         await emit_many(tx, self.events)
 
 
+def _give_back(w: _Writes, lease: dict[str, Any], task: dict[str, Any]) -> None:
+    """A lease ends: the permits it holds (queue, application, each resource key, its node's
+    share) and its rate reservation if it never started."""
+    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1,
+                rate_reserved=-1 if lease["reserved"] else 0, keys=task_q.resource_key_ids(task), node=lease["worker_node_id"])
+
+
+def _finished(w: _Writes, task: dict[str, Any]) -> None:
+    """A task ends: one unfinished task less in its queue, application and resource keys."""
+    w.usage.add(task["queue_id"], task["application_id"], unfinished=-1, keys=task_q.resource_key_ids(task))
+
+
 def _end_task_failed(w: _Writes, task: dict[str, Any], now: datetime, code: str, message: str) -> None:
     error = {"code": code, "message": message}
     w.task(task["id"], state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now)
-    w.usage.add(task["queue_id"], task["application_id"], unfinished=-1)
+    _finished(w, task)
     w.events.append(_task_event(task, "task.failed", states.FAILED, error=error))
 
 
@@ -492,8 +668,7 @@ def _fail_unstarted(w: _Writes, lease: dict[str, Any], task: dict[str, Any], now
     """A leased task whose deadline passed before its Start: end it FAILED, free permit and reservation."""
     _end_task_failed(w, task, now, code, message)
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome=code, reserved=False)
-    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1,
-                rate_reserved=-1 if lease["reserved"] else 0)
+    _give_back(w, lease, task)
     lease.update(state=ENDED, outcome=code)
 
 
@@ -793,13 +968,12 @@ def _keep_late_report(w: _Writes, lease: dict[str, Any], c: CompleteCommand, now
 
 def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: CompleteCommand,
                  verdict: rules.CompleteVerdict, now: datetime) -> dict[str, Any]:
-    qid, aid = lease["queue_id"], task["application_id"]
-    w.usage.add(qid, aid, permits_in_use=-1)
+    _give_back(w, lease, task)
     error = None
     if verdict.kind == "succeeded":
         w.task(task["id"], state=states.SUCCEEDED, result=orjson.dumps(c.result).decode(), updated_at=now,
                finished_at=now, error=None)
-        w.usage.add(qid, aid, unfinished=-1)
+        _finished(w, task)
         w.events.append(_task_event(task, "task.succeeded", states.SUCCEEDED, attempt=lease["attempt"]))
         answer, outcome = {"task_state": states.SUCCEEDED}, "SUCCEEDED"
     elif verdict.kind == "deadline":
@@ -807,7 +981,7 @@ def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Com
         answer, outcome = {"task_state": states.FAILED}, "CANCELLED"
     elif verdict.kind == "cancelled":
         w.task(task["id"], state=states.CANCELLED, updated_at=now, finished_at=now)
-        w.usage.add(qid, aid, unfinished=-1)
+        _finished(w, task)
         w.events.append(_task_event(task, "task.cancelled", states.CANCELLED, reason=task["cancel_reason"]))
         answer, outcome = {"task_state": states.CANCELLED}, "CANCELLED"
     else:
@@ -829,8 +1003,7 @@ def _release(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Complet
     if refusal is not None:
         return _refused(refusal)
     w.task(task["id"], state=states.WAITING, updated_at=now)
-    w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1,
-                rate_reserved=-1 if lease["reserved"] else 0)
+    _give_back(w, lease, task)
     answer = {"task_state": states.WAITING}
     response = orjson.dumps(answer).decode()
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome="RELEASED", reserved=False,
@@ -864,17 +1037,15 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
             if not rules.expired(lease["state"], lease["expires_at"], now):
                 continue
             task = task_rows[lease["task_id"]]
-            qid, aid = lease["queue_id"], task["application_id"]
             n += 1
+            _give_back(w, lease, task)
             if lease["state"] == LEASED:
                 w.task(task["id"], state=states.WAITING, updated_at=now)
-                w.usage.add(qid, aid, permits_in_use=-1, rate_reserved=-1 if lease["reserved"] else 0)
                 w.lease(lease["id"], state=ENDED, ended_at=now, outcome="EXPIRED", reserved=False, push_pending=True)
                 continue
             error = {"code": "LEASE_LOST", "message": "the lease expired while the attempt was running"}
             w.lease(lease["id"], state=ENDED, ended_at=now, outcome="LEASE_LOST", error=orjson.dumps(error).decode(),
                     push_pending=True)
-            w.usage.add(qid, aid, permits_in_use=-1)
             w.events.append(_task_event(task, "task.lease_lost", task["state"], attempt=lease["attempt"],
                                         lease_id=lease["id"]))
             if rules.lease_lost_goes_to_review(task["on_lease_lost"]):
@@ -888,3 +1059,57 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
     if not await db.any_row(lease_q.any_expired()):
         return 0
     return await db.transaction(body)
+
+
+# ------------------------------------------------------------------ parked tasks
+
+
+async def unpark(db: Database, key_ids: set[str] | None = None, *, batch: int = 100) -> list[str]:
+    """Give tasks parked on keys that have free permits back to the claimable part, one per
+    free permit, in dispatch order; returns the queues they wait in (to wake their claims).
+
+    With `key_ids` (keys a transaction of this node just gave permits back to) only those
+    are looked at; without, every key with both (the periodic pass that also catches a task
+    parked at submit on a snapshot that was already stale). Parking is a hint, never a
+    limit: a claim re-checks every key, so unparking one task too many costs one more park."""
+    read = key_q.free_permits(sorted(key_ids)) if key_ids else key_q.with_free_permits_and_parked(batch)
+    free = {r["id"]: int(r["free"]) for r in await db.read(lambda tx: tx.rows(read))}
+    if not free:
+        return []
+
+    async def body(tx: Tx) -> list[str]:
+        keys = sorted(free)
+        parked = await tx.rows_multi([task_q.parked_on(k, free[k]) for k in keys])
+        queues: set[str] = set()
+        for k, rows in zip(keys, parked, strict=True):
+            if rows:
+                await tx.defer(task_q.unpark([r["id"] for r in rows], k))
+                queues.update(r["queue_id"] for r in rows)
+        return sorted(queues)
+
+    return await db.transaction(body)
+
+
+class Unparker:
+    """A node's tasks parked on resource keys: keys its transactions gave permits back to are
+    served at once (`freed`, wired to `Database.on_keys_freed`), every key at least each
+    `sweep_s` seconds."""
+
+    def __init__(self, db: Database, sweep_s: float = 1.0) -> None:
+        self.db = db
+        self.sweep_s = sweep_s
+        self.wake = asyncio.Event()
+        self._pending: set[str] = set()
+        self._swept_at = 0.0
+
+    def freed(self, key_ids: set[str]) -> None:
+        self._pending.update(key_ids)
+        self.wake.set()
+
+    async def run_once(self) -> list[str]:
+        keys, self._pending = self._pending, set()
+        queues = await unpark(self.db, keys) if keys else []
+        if time.monotonic() - self._swept_at >= self.sweep_s:
+            self._swept_at = time.monotonic()
+            queues += await unpark(self.db)
+        return queues

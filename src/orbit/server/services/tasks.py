@@ -20,6 +20,7 @@ from ..core import states
 from ..core.admission import TimeRuleError, resolve_times
 from ..core.deadlines import next_sweep, sweep_action
 from ..core.ids import is_id, new_id
+from ..core.dispatch_order import KeyRoom
 from ..core.limits import QUEUE_FULL, Backlog, admit_in_order
 from ..core.timefmt import format_ts, parse_rfc3339
 from ..errors import (
@@ -37,6 +38,7 @@ from ..store.db import Database
 from ..store.dialect import PlanNoLongerHolds
 from ..store.queries import credentials as credential_q
 from ..store.queries import idempotency as idem_q
+from ..store.queries import key_permits as key_q
 from ..store.queries import leases as lease_q
 from ..store.queries import queues as queue_q
 from ..store.queries import tasks as task_q
@@ -197,7 +199,8 @@ class Admission:
 
 
 def _new_task_row(
-    principal: Principal, queue_id: str, req: SubmitTaskRequest, now: datetime, payload_text: str
+    principal: Principal, queue_id: str, req: SubmitTaskRequest, now: datetime, payload_text: str,
+    keys: NamedKeys,
 ) -> dict[str, Any]:
     times = resolve_times(
         now,
@@ -209,6 +212,7 @@ def _new_task_row(
     retry = req.retry.model_dump() if req.retry is not None else dict(DEFAULT_RETRY)
     if retry["max_backoff_ms"] < retry["initial_backoff_ms"]:
         raise TimeRuleError("retry.max_backoff_ms", "must be at least retry.initial_backoff_ms (default 60000)")
+    key_ids, parked_on = keys.resolve(req.resource_keys)
     return {
         "id": new_id(),
         "namespace_id": principal.namespace_id,
@@ -235,25 +239,48 @@ def _new_task_row(
         "created_at": now,
         "updated_at": now,
         "finished_at": None,
+        "resource_key_ids": orjson.dumps(key_ids).decode() if key_ids else None,
+        "parked_on": parked_on,
     }
 
 
-async def check_resource_keys(tx: Tx, namespace_id: str, names: list[str]) -> None:
-    """Every named key must exist and not be retired (resource keys arrive with their own issue)."""
-    if len(set(names)) != len(names):
-        raise invalid_argument("resource_keys: names must be distinct", "resource_keys")
-    if names:
-        raise invalid_argument(f"resource_keys: unknown resource key {names[0]!r}", "resource_keys")
+class NamedKeys:
+    """The resource keys a batch of submits names, as read (share-locked) in its first round trip."""
+
+    def __init__(self, rows: list[dict[str, Any]], rooms: list[dict[str, Any]]) -> None:
+        self.rows = {r["name"]: r for r in rows}
+        room = {r["name"]: KeyRoom(int(r["max_concurrency"]), int(r["permits_in_use"])) for r in rooms}
+        self.full = {self.rows[n]["id"] for n, r in room.items() if n in self.rows and r.in_use >= r.max_concurrency}
+
+    def resolve(self, names: list[str]) -> tuple[list[str], str | None]:
+        """The keys' ids in the order named, and the key to park the task on at once (one
+        without a free permit now), or refuse: every named key must exist and not be retired."""
+        if len(set(names)) != len(names):
+            raise invalid_argument("resource_keys: names must be distinct", "resource_keys")
+        ids = []
+        for name in names:
+            row = self.rows.get(name)
+            if row is None:
+                raise invalid_argument(f"resource_keys: unknown resource key {name!r}", "resource_keys")
+            if row["retired_at"] is not None:
+                raise invalid_argument(f"resource_keys: the resource key {name!r} is retired", "resource_keys")
+            ids.append(row["id"])
+        return ids, next((k for k in sorted(ids) if k in self.full), None)
 
 
 async def _read_for_admission(
     tx: Tx, principal: Principal, queue_id: str, keys: list[str], *, room: bool, credentials: list[str] = (),
-) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
+    key_names: list[str] = (),
+) -> tuple[dict[str, Any], dict[str, Any], set[str], NamedKeys]:
     """Share-lock the queue row (configure and retire, which take it exclusively, wait for us)
     and read the submit receipts of `keys`, in one round trip. With `room`, the queue also
     carries `room`: an unlocked snapshot of the backlog room left in it and its application.
-    Of `credentials`, the ids still unrevoked come back (the third value)."""
+    Of `credentials`, the ids still unrevoked come back (the third value). The resource keys
+    named (`key_names`) are share-locked likewise, and read with their permits."""
+    named = sorted(set(key_names))
     reads = [queue_q.share_for_admission(principal.namespace_id, queue_id)]
+    if named:
+        reads += [key_q.share_named(principal.namespace_id, named), key_q.rooms_named(principal.namespace_id, named)]
     if room:
         reads.append(usage_q.backlog(queue_id, principal.application_id))
     unique = sorted(set(keys))
@@ -263,6 +290,7 @@ async def _read_for_admission(
     if unique_creds:
         reads.append(credential_q.unrevoked(unique_creds))
     rows, *rest = await tx.rows_multi(reads)
+    named_keys = NamedKeys(rest.pop(0), rest.pop(0)) if named else NamedKeys([], [])
     valid = {r["id"] for r in rest.pop()} if unique_creds else set()
     if not rows:
         if unique_creds and not valid:
@@ -274,7 +302,7 @@ async def _read_for_admission(
         (b,) = rest[0]
         queue["room"] = Backlog(int(b["queue_unfinished"]), int(b["queue_limit"]), int(b["app_unfinished"]),
                                 int(b["app_limit"])).room()
-    return queue, {r["idem_key"]: r for r in (rest[-1] if unique else [])}, valid
+    return queue, {r["idem_key"]: r for r in (rest[-1] if unique else [])}, valid, named_keys
 
 
 @dataclass
@@ -300,9 +328,9 @@ async def admit(
     """
     alone = len(commands) == 1
     rechecked = [c for c in recheck or () if c is not None]
-    queue, records, unrevoked = await _read_for_admission(
+    queue, records, unrevoked, named_keys = await _read_for_admission(
         tx, principal, queue_id, [c.key for c in commands if c.req is not None], room=optimistic and not alone,
-        credentials=rechecked)
+        credentials=rechecked, key_names=[n for c in commands if c.req is not None for n in c.req.resource_keys])
     now = await tx.now()
 
     results: list[Admission | None] = [None] * len(commands)
@@ -331,8 +359,8 @@ async def admit(
             results[i] = Admission(error=state_conflict("the queue is retired; it accepts no new tasks"))
             continue
         try:
-            await check_resource_keys(tx, principal.namespace_id, cmd.req.resource_keys)
-            row = _new_task_row(principal, queue_id, cmd.req, now, orjson.dumps(cmd.req.payload).decode())
+            row = _new_task_row(principal, queue_id, cmd.req, now, orjson.dumps(cmd.req.payload).decode(),
+                                named_keys)
         except TimeRuleError as exc:
             results[i] = Admission(error=invalid_argument(str(exc), exc.field))
             continue
@@ -348,6 +376,9 @@ async def admit(
         accepted = candidates
         await _insert_accepted(tx, principal, accepted, now)
         await _take_slots(tx, principal, queue_id, len(accepted), alone=alone)
+        references = UsageChanges()
+        _count_references(references, accepted)
+        await references.apply(tx)
     else:
         accepted = await _admit_many(tx, principal, queue, candidates, results)
         if accepted:
@@ -407,8 +438,16 @@ async def _admit_many(
     if accepted:
         usage = UsageChanges()
         usage.add(queue["id"], principal.application_id, unfinished=len(accepted))
+        _count_references(usage, accepted)
         await usage.apply(tx)
     return accepted
+
+
+def _count_references(usage: UsageChanges, accepted: list[_Candidate]) -> None:
+    """Each accepted task is one more unfinished task naming each of its resource keys (a key
+    cannot be retired while any is)."""
+    for c in accepted:
+        usage.count_keys(task_q.resource_key_ids(c.row), unfinished=1)
 
 
 async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candidate], now: datetime) -> None:
@@ -675,16 +714,19 @@ async def cancel_task(db: Database, w: WriteRequest, task_id: str, req: CancelTa
             return TaskChange({"cancel_requested": True, "cancel_reason": req.reason, "updated_at": now},
                               "task.cancel_requested", {"reason": req.reason})
         change = TaskChange(
-            {"state": states.CANCELLED, "cancel_reason": req.reason, "updated_at": now, "finished_at": now},
+            {"state": states.CANCELLED, "cancel_reason": req.reason, "updated_at": now, "finished_at": now,
+             "parked_on": None},
             "task.cancelled", {"reason": req.reason},
         )
-        change.usage.add(row["queue_id"], row["application_id"], unfinished=-1)
+        keys = task_q.resource_key_ids(row)
+        change.usage.add(row["queue_id"], row["application_id"], unfinished=-1, keys=keys)
         if state == states.LEASED:
             lease = await tx.one(lease_q.live_for_task(task_id))
             if lease is not None:
                 await tx.defer(lease_q.end_for_task(lease["id"], states.CANCELLED, now))
                 change.usage.add(row["queue_id"], row["application_id"], permits_in_use=-1,
-                                 rate_reserved=-1 if lease["reserved"] else 0)
+                                 rate_reserved=-1 if lease["reserved"] else 0, keys=keys,
+                                 node=lease["worker_node_id"])
         return change
 
     return await _task_write(db, w, task_id, "task.cancel", req.reason, decide)
@@ -709,7 +751,7 @@ async def review_task(db: Database, w: WriteRequest, task_id: str, req: ReviewTa
         if req.resolution == states.FAILED:
             changes["error"] = orjson.dumps({"code": "REVIEWED_FAILED", "message": req.reason}).decode()
         change = TaskChange(changes, "task.reviewed", {"resolution": req.resolution}, audit_extra=audit)
-        change.usage.add(row["queue_id"], row["application_id"], unfinished=-1)
+        change.usage.add(row["queue_id"], row["application_id"], unfinished=-1, keys=task_q.resource_key_ids(row))
         return change
 
     return await _task_write(db, w, task_id, "task.review", req.reason, decide)
@@ -747,11 +789,12 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
                 acted += 1
                 error = {"code": action.code, "message": action.message}
                 await tx.defer(task_q.fail_swept(r["id"], orjson.dumps(error).decode(), now))
-                usage.add(r["queue_id"], r["application_id"], unfinished=-1)
+                keys = task_q.resource_key_ids(r)
+                usage.add(r["queue_id"], r["application_id"], unfinished=-1, keys=keys)
                 if lease is not None:
                     await tx.defer(lease_q.end_for_task(lease["id"], action.code, now))
                     usage.add(r["queue_id"], r["application_id"], permits_in_use=-1,
-                              rate_reserved=-1 if lease["reserved"] else 0)
+                              rate_reserved=-1 if lease["reserved"] else 0, keys=keys, node=lease["worker_node_id"])
                 events.append(_event({**r, "state": states.FAILED}, "task.failed", error=error))
             elif action.kind == "cancel":
                 acted += 1

@@ -89,6 +89,8 @@ class Database:
             self.read_engine = create_async_engine(self.url, pool_size=4, max_overflow=4, echo=echo)
             self._install_sqlite(self.read_engine, immediate=False)
             self._write_lock = asyncio.Lock()
+        # Called after a commit with the resource keys that transaction gave permits back to.
+        self.on_keys_freed: Callable[[set[str]], None] | None = None
 
     @staticmethod
     def _install_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
@@ -108,6 +110,20 @@ class Database:
 
     async def transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction, retrying the whole of it on lock conflicts."""
+        freed: set[str] = set()
+
+        async def body(tx: Tx) -> T:
+            result = await fn(tx)
+            freed.clear()
+            freed.update(tx.keys_freed)
+            return result
+
+        result = await self._transaction(body)
+        if freed and self.on_keys_freed is not None:
+            self.on_keys_freed(freed)
+        return result
+
+    async def _transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         if self.dialect != MYSQL:
             return await self.core_transaction(fn)
 

@@ -174,6 +174,8 @@ tasks = Table(
     Column("updated_at", Ts, nullable=False),
     Column("finished_at", Ts, nullable=True),
     Column("sweep_at", Ts, nullable=True),
+    Column("resource_key_ids", JsonText, nullable=True),
+    Column("parked_on", Id, nullable=True),
     Index("ix_tasks_queue_id", "queue_id", "id"),
     Index("ix_tasks_queue_state", "queue_id", "state", "id"),
     Index("ix_tasks_sweep_at", "sweep_at"),
@@ -210,6 +212,41 @@ leases = Table(
     Index("ix_leases_task", "task_id", "attempt"),
     Index("ix_leases_state_expires", "state", "expires_at"),
     Index("ix_leases_push", "server_node_id", "push_pending"),
+)
+
+resource_keys = Table(
+    "resource_keys",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("namespace_id", Id, nullable=False),
+    Column("name", Name, nullable=False),
+    Column("max_concurrency", U32, nullable=False),
+    Column("revision", U64, nullable=False),
+    Column("retired_at", Ts, nullable=True),
+    Column("created_at", Ts, nullable=False),
+    Column("updated_at", Ts, nullable=False),
+    UniqueConstraint("namespace_id", "name", name="uq_resource_keys_namespace_name"),
+    Index("ix_resource_keys_namespace_id", "namespace_id", "id"),
+)
+
+resource_key_usage = Table(
+    "resource_key_usage",
+    metadata,
+    Column("resource_key_id", Id, primary_key=True),
+    Column("unfinished", U64, nullable=False),
+    Column("permits_in_use", U64, nullable=False),
+    Column("permits_freed_at", Ts, nullable=True),
+)
+
+queue_nodes = Table(
+    "queue_nodes",
+    metadata,
+    Column("queue_id", Id, nullable=False),
+    Column("worker_node_id", Short, nullable=False),
+    Column("last_claim_at", Ts, nullable=False),
+    Column("wanting_at", Ts, nullable=True),
+    Column("in_flight", U64, nullable=False),
+    PrimaryKeyConstraint("queue_id", "worker_node_id"),
 )
 
 worker_claims = Table(

@@ -103,6 +103,9 @@ class Tx:
         # MySQL error code -> exception to raise instead, for errors a deferred write may cause:
         # they surface with whichever later round trip (or the COMMIT) carries that write.
         self._meanings: dict[int, Callable[[], Exception]] = {}
+        # Resource keys this transaction gave permits back to: once it commits, the node takes
+        # tasks parked on them back to the claimable part (`Database.on_keys_freed`).
+        self.keys_freed: set[str] = set()
 
     # ---------------------------------------------------------------- clock
 

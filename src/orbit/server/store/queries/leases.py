@@ -9,9 +9,9 @@ from ..tx import Stmt, placeholders
 COLUMNS = ("id", "task_id", "queue_id", "application_id", "namespace_id", "credential_id", "session_id",
            "worker_node_id", "server_node_id", "attempt", "state", "reserved", "leased_at", "expires_at",
            "push_pending")
-_LOCKED_COLS = ("id, task_id, queue_id, application_id, namespace_id, credential_id, state, reserved, attempt, "
-                "leased_at, expires_at, started_at, outcome, start_msg_id, start_response, complete_msg_id, "
-                "complete_response, late_reports")
+_LOCKED_COLS = ("id, task_id, queue_id, application_id, namespace_id, credential_id, worker_node_id, state, "
+                "reserved, attempt, leased_at, expires_at, started_at, outcome, start_msg_id, start_response, "
+                "complete_msg_id, complete_response, late_reports")
 
 INSERT = Stmt(f"INSERT INTO leases ({', '.join(COLUMNS)}) VALUES ({placeholders(len(COLUMNS))})")
 
@@ -90,13 +90,13 @@ def clear_push_pending(lease_ids: list[str]) -> Stmt:
 
 def live_for_task(task_id: str) -> Stmt:
     """The task's current lease, locked (after the task row: the global lock order)."""
-    return Stmt("SELECT id, task_id, state, reserved FROM leases WHERE task_id = ? AND state IN ('LEASED', 'RUNNING')"
-                "{FOR_UPDATE}", (task_id,))
+    return Stmt("SELECT id, task_id, state, reserved, worker_node_id FROM leases WHERE task_id = ? "
+                "AND state IN ('LEASED', 'RUNNING'){FOR_UPDATE}", (task_id,))
 
 
 def live_for_tasks(task_ids: list[str]) -> Stmt:
     """The current leases of these tasks, locked in id order."""
-    return Stmt("SELECT id, task_id, state, reserved FROM leases "
+    return Stmt("SELECT id, task_id, state, reserved, worker_node_id FROM leases "
                 f"WHERE task_id IN ({placeholders(len(task_ids))}) AND state IN ('LEASED', 'RUNNING') "
                 "ORDER BY id{FOR_UPDATE}", task_ids)
 

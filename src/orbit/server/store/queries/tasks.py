@@ -6,13 +6,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from ..tx import Stmt, Tx, placeholders
 
 # Insert order; `payload` is read only where a task object carries it.
 COLUMNS = ("id", "namespace_id", "application_id", "queue_id", "schedule_id", "trigger_at", "state", "payload",
            "priority", "resource_keys", "max_attempts", "attempts", "retry_policy", "on_lease_lost", "available_at",
            "start_deadline_at", "deadline_at", "cancel_requested", "cancel_reason", "sweep_at", "result", "error",
-           "created_at", "updated_at", "finished_at")
+           "created_at", "updated_at", "finished_at", "resource_key_ids", "parked_on")
 _ALL = ", ".join(COLUMNS)
 _WITHOUT_PAYLOAD = ", ".join(c for c in COLUMNS if c != "payload")
 _INSERT = Stmt(f"INSERT INTO tasks ({_ALL}) VALUES ({placeholders(len(COLUMNS))})")
@@ -21,6 +23,12 @@ _INSERT = Stmt(f"INSERT INTO tasks ({_ALL}) VALUES ({placeholders(len(COLUMNS))}
 async def insert(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
     """New task rows (dicts with every column), with the transaction's next round trip."""
     await tx.defer_rows(_INSERT, [[r[c] for c in COLUMNS] for r in rows])
+
+
+def resource_key_ids(row: Any) -> tuple[str, ...]:
+    """The ids of the resource keys a task row names (`resource_key_ids`, JSON or NULL)."""
+    text = row["resource_key_ids"]
+    return tuple(orjson.loads(text)) if text else ()
 
 
 def by_id(namespace_id: str, task_id: str, *, payload: bool = False, lock: bool = False) -> Stmt:
@@ -71,7 +79,7 @@ def update(task_id: str, changes: dict[str, Any]) -> Stmt:
 # ---------------------------------------------------------------- deadline sweep
 
 _SWEEP_COLS = "id, namespace_id, queue_id, application_id, state, attempts, deadline_at, start_deadline_at, " \
-              "cancel_requested"
+              "cancel_requested, resource_key_ids, parked_on"
 
 
 def any_sweep_due() -> Stmt:
@@ -85,8 +93,8 @@ def sweep_due(now: datetime, limit: int) -> Stmt:
 
 
 def fail_swept(task_id: str, error: str, now: datetime) -> Stmt:
-    return Stmt("UPDATE tasks SET state = 'FAILED', error = ?, updated_at = ?, finished_at = ?, sweep_at = NULL "
-                "WHERE id = ?", (error, now, now, task_id))
+    return Stmt("UPDATE tasks SET state = 'FAILED', error = ?, updated_at = ?, finished_at = ?, sweep_at = NULL, "
+                "parked_on = NULL WHERE id = ?", (error, now, now, task_id))
 
 
 def request_cancel_swept(task_id: str, reason: str, now: datetime) -> Stmt:
@@ -102,18 +110,45 @@ def move_sweep(task_id: str, sweep_at: datetime | None) -> Stmt:
 
 _DISPATCH_COLS = ("id, namespace_id, application_id, queue_id, state, priority, attempts, max_attempts, "
                   "retry_policy, on_lease_lost, start_deadline_at, deadline_at, cancel_requested, cancel_reason, "
-                  "resource_keys")
+                  "resource_keys, resource_key_ids, parked_on")
+
+
+_CLAIM_COLS = ("id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
+               "resource_key_ids, available_at, start_deadline_at, deadline_at")
+_LEVELS = tuple(range(9, -1, -1))
 
 
 def claimable(queue_id: str, limit: int, *, now: datetime | None = None, skip_locked: bool = False) -> Stmt:
-    """Due waiting tasks of a queue in dispatch order (priority, then due time, then age); `now`
-    defaults to the database clock. With `skip_locked`, rows another claim holds are passed over."""
+    """Up to `limit` due, claimable (not parked) waiting tasks of each priority, each level in due
+    time then acceptance order: one index range per level, whose merge by effective priority
+    (`core.dispatch_order`) is exact under aging. `now` defaults to the database clock; with
+    `skip_locked`, rows another claim holds are passed over."""
     due_by = "?" if now is not None else "{NOW}"
     lock = "{SKIP_LOCKED}" if skip_locked else ""
-    params = (queue_id, now, limit) if now is not None else (queue_id, limit)
-    return Stmt("SELECT id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
-                f"start_deadline_at, deadline_at FROM tasks WHERE queue_id = ? AND state = 'WAITING' "
-                f"AND available_at <= {due_by} ORDER BY priority DESC, available_at, id LIMIT ?{lock}", params)
+    level = (f"SELECT {_CLAIM_COLS} FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND parked_on IS NULL "
+             f"AND priority = ? AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
+    params: list[Any] = []
+    for p in _LEVELS:
+        params += (queue_id, p, now, limit) if now is not None else (queue_id, p, limit)
+    return Stmt(" UNION ALL ".join(f"({level}{lock})" for _ in _LEVELS), params,
+                sqlite=" UNION ALL ".join(f"SELECT * FROM ({level})" for _ in _LEVELS))
+
+
+def park(task_ids: list[str], resource_key_id: str) -> Stmt:
+    """Take these waiting tasks out of the claimable part until the key gives a permit back."""
+    return Stmt(f"UPDATE tasks SET parked_on = ? WHERE id IN ({placeholders(len(task_ids))}) AND state = 'WAITING'",
+                (resource_key_id, *task_ids))
+
+
+def parked_on(resource_key_id: str, limit: int) -> Stmt:
+    """The waiting tasks parked on the key that a freed permit serves first (dispatch order)."""
+    return Stmt("SELECT id, queue_id FROM tasks WHERE parked_on = ? AND state = 'WAITING' "
+                "ORDER BY priority DESC, available_at, id LIMIT ?", (resource_key_id, limit))
+
+
+def unpark(task_ids: list[str], resource_key_id: str) -> Stmt:
+    return Stmt(f"UPDATE tasks SET parked_on = NULL WHERE id IN ({placeholders(len(task_ids))}) AND parked_on = ?",
+                (*task_ids, resource_key_id))
 
 
 def mark_leased(task_ids: list[str], now: datetime, *, only_waiting: bool = False) -> Stmt:

@@ -1,7 +1,7 @@
-"""The usage rows (`queue_usage`, `application_usage`): live counters kept out of the configuration
+"""The usage rows (`queue_usage`, `application_usage`, `resource_key_usage`, `queue_nodes`): live counters kept out of the configuration
 rows, so that counter writes never touch `revision` or `updated_at`.
 
-Rows are written sorted, queues before applications, so that any two transactions touching the
+Rows are written sorted, queues before applications before resource keys, so that any two transactions touching the
 same usage rows take their locks in the same order. Two rules of `core/limits.py` are also written
 here as guarded SQL, which decides under the row lock the UPDATE itself takes (MySQL, strict mode):
 a refusal sets a NOT NULL column to NULL, which fails the statement before the COMMIT runs.
@@ -57,6 +57,17 @@ def insert_queue_row(queue_id: str) -> Stmt:
                 "rate_window_used, rate_reserved) VALUES (?, 0, 0, NULL, 0, 0)", (queue_id,))
 
 
+def insert_resource_key_row(resource_key_id: str) -> Stmt:
+    return Stmt("INSERT INTO resource_key_usage (resource_key_id, unfinished, permits_in_use) VALUES (?, 0, 0)",
+                (resource_key_id,))
+
+
+def resource_key_rows(resource_key_ids: list[str], *, lock: bool = False) -> Stmt:
+    """The keys' usage rows in id order; `lock` locks them (after the queues' and applications' rows)."""
+    return Stmt(f"SELECT * FROM resource_key_usage WHERE resource_key_id IN ({placeholders(len(resource_key_ids))}) "
+                f"ORDER BY resource_key_id{'{FOR_UPDATE}' if lock else ''}", resource_key_ids)
+
+
 def insert_application_row(application_id: str) -> Stmt:
     return Stmt("INSERT INTO application_usage (application_id, unfinished, permits_in_use, rate_window_start, "
                 "rate_window_used, rate_reserved) VALUES (?, 0, 0, NULL, 0, 0)", (application_id,))
@@ -93,23 +104,30 @@ class Counters:
 
 
 QUEUE, APPLICATION = "queue", "application"  # the layers whose usage rows keep a rate window
-_TABLES = {QUEUE: ("queue_usage", "queue_id"), APPLICATION: ("application_usage", "application_id")}
+KEY = "resource_key"
+_TABLES = {QUEUE: ("queue_usage", "queue_id"), APPLICATION: ("application_usage", "application_id"),
+           KEY: ("resource_key_usage", "resource_key_id")}
+_NODE_IN_FLIGHT = "UPDATE queue_nodes SET in_flight = GREATEST(in_flight, ?) - ? WHERE queue_id = ? AND worker_node_id = ?"
 
 
 class UsageChanges:
     """Counter changes of one transaction, written to the usage rows together, last.
 
     Counters are named by their columns; a change without an application id counts on the
-    queue's row only. Rate windows are kept per layer (`QUEUE`, `APPLICATION`) and row id."""
+    queue's row only. A task's resource keys (`keys`) count its unfinished state and its
+    permits as the queue does; the worker node holding a lease (`node`) counts its permits
+    of the queue. Rate windows are kept per layer (`QUEUE`, `APPLICATION`) and row id."""
 
     def __init__(self) -> None:
         self.queues: dict[str, Counters] = defaultdict(Counters)
         self.apps: dict[str, Counters] = defaultdict(Counters)
+        self.keys: dict[str, Counters] = defaultdict(Counters)
+        self.nodes: dict[tuple[str, str], int] = defaultdict(int)
         self.windows: dict[tuple[str, str], tuple[datetime | None, int]] = {}
         self.starts: dict[tuple[str, str], tuple[int, int, datetime]] = {}
 
     def add(self, queue_id: str, application_id: str | None, unfinished: int = 0, permits_in_use: int = 0,
-            rate_reserved: int = 0, **other: int) -> None:
+            rate_reserved: int = 0, *, keys: Iterable[str] = (), node: str | None = None, **other: int) -> None:
         rows = (self.queues[queue_id],) if application_id is None else (self.queues[queue_id],
                                                                          self.apps[application_id])
         for row in rows:
@@ -118,12 +136,25 @@ class UsageChanges:
             row.rate_reserved += rate_reserved
             if other:
                 row.absorb(other.items())
+        self.count_keys(keys, unfinished=unfinished, permits_in_use=permits_in_use)
+        if node is not None and permits_in_use:
+            self.nodes[(queue_id, node)] += permits_in_use
+
+    def count_keys(self, keys: Iterable[str], *, unfinished: int = 0, permits_in_use: int = 0) -> None:
+        for key in keys:
+            row = self.keys[key]
+            row.unfinished += unfinished
+            row.permits_in_use += permits_in_use
 
     def merge(self, other: UsageChanges) -> None:
         for qid, counters in other.queues.items():
             self.queues[qid].absorb(counters.items())
         for aid, counters in other.apps.items():
             self.apps[aid].absorb(counters.items())
+        for kid, counters in other.keys.items():
+            self.keys[kid].absorb(counters.items())
+        for node, n in other.nodes.items():
+            self.nodes[node] += n
         self.windows.update(other.windows)
 
     def set_window(self, key: str, start: datetime | None, used: int, layer: str = QUEUE) -> None:
@@ -144,16 +175,26 @@ class UsageChanges:
         return True
 
     async def apply(self, tx: Tx) -> None:
-        for layer, rows in ((QUEUE, self.queues), (APPLICATION, self.apps)):
+        for layer, rows in ((QUEUE, self.queues), (APPLICATION, self.apps), (KEY, self.keys)):
             keys = set(rows) | {k for lay, k in self.windows if lay == layer} | {k for lay, k in self.starts
                                                                                  if lay == layer}
             for key in sorted(keys):
                 await self._write(tx, layer, key, rows.get(key) or Counters())
+        # A node's count is an attribution for fairness, not a limit: it never goes below zero.
+        for (queue_id, node), n in sorted(self.nodes.items()):
+            if n < 0:
+                await tx.defer(Stmt(_NODE_IN_FLIGHT, (-n, -n, queue_id, node),
+                                    sqlite=_NODE_IN_FLIGHT.replace("GREATEST", "MAX")))
+            elif n > 0:
+                await tx.defer(Stmt("UPDATE queue_nodes SET in_flight = in_flight + ? WHERE queue_id = ? "
+                                    "AND worker_node_id = ?", (n, queue_id, node)))
 
     async def _write(self, tx: Tx, layer: str, key: str, counters: Counters) -> None:
         table, key_column = _TABLES[layer]
         sets, params = _counter_sets(counters)
         if counters.permits_in_use < 0:
+            if layer == KEY:
+                tx.keys_freed.add(key)
             # A claim that planned before locking this row re-times its leases after this.
             now = await tx.now()
             sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
