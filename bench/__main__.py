@@ -40,6 +40,7 @@ TIMEOUTS = {
     "backlog": (600, 5400),
     "many-queues": (300, 2400),
     "limits": (240, 600),
+    "controls": (360, 1800),
 }
 
 
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         ("backlog", suite.backlog, TIMEOUTS["backlog"][idx]),
         ("many-queues", suite.many_queues, TIMEOUTS["many-queues"][idx]),
         ("limits", suite.limits, TIMEOUTS["limits"][idx]),
+        ("controls", suite.controls, TIMEOUTS["controls"][idx]),
     ]
     interrupted = False
     try:

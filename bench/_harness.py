@@ -83,14 +83,16 @@ def drop_mysql_database(url: str) -> None:
         mysql(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]}", timeout=300)
 
 
-def bootstrap(url: str, workdir: Path) -> dict:
+def bootstrap(url: str, workdir: Path, permissions: tuple[str, ...] = ()) -> dict:
+    """Migrate, then issue the bootstrap credential (its permissions, the worker's, and `permissions`)."""
     subprocess.run(_cli("orbit-admin") + ["--database-url", url, "migrate"], check=True, capture_output=True,
                    timeout=300)
     out = workdir / "credentials.json"
     subprocess.run(
         _cli("orbit-admin") + ["--database-url", url, "bootstrap", "--application", "bench", "--namespace",
                                "default", "--environment", "development", "--queue", "default",
-                               "--worker-access", "--output", str(out)],
+                               "--worker-access", "--output", str(out)]
+        + [arg for p in permissions for arg in ("--permission", p)],
         check=True, capture_output=True, timeout=120,
     )
     return json.loads(out.read_text())
@@ -129,13 +131,15 @@ def servers(url: str, count: int = 1, log_dir: Path | None = None):
 
 
 @contextmanager
-def environment(database_url: str | None, nodes: int = 1, log_dir: Path | None = None):
-    """A fresh MariaDB database (unless one is given), credentials and running nodes."""
+def environment(database_url: str | None, nodes: int = 1, log_dir: Path | None = None,
+                permissions: tuple[str, ...] = ()):
+    """A fresh MariaDB database (unless one is given), credentials (with `permissions` beyond the
+    bootstrap's, e.g. `applications:manage`) and running nodes."""
     url = database_url or create_mysql_database()
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
         try:
-            creds = bootstrap(url, Path(tmp))
+            creds = bootstrap(url, Path(tmp), permissions)
             creds["_database_url"] = url
             with servers(url, nodes, log_dir) as urls:
                 yield urls, creds

@@ -217,7 +217,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         coros = [run_sdk_worker(urls[i % len(urls)], token, args.queue, f"{args.node_prefix}-{i}", stop, stats,
                                 args.max_tasks, args.lease_ms) for i in range(args.sessions)]
     else:
-        coros = [run_session(urls[i % len(urls)], token, args.queue, f"{args.node_prefix}-{i}", stop,
+        queues = args.queue.split(",")  # several: the sessions take turns over them
+        coros = [run_session(urls[i % len(urls)], token, queues[i % len(queues)], f"{args.node_prefix}-{i}", stop,
                              args.max_tasks, handler_ms=args.handler_ms, retry_rate_limited=args.retry_rate_limited,
                              lease_ms=args.lease_ms, stats=stats) for i in range(args.sessions)]
     tasks = [asyncio.create_task(c) for c in coros]
@@ -238,7 +239,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--urls", required=True, help="comma-separated node base URLs; sessions spread over them")
-    ap.add_argument("--queue")
+    ap.add_argument("--queue", help="queue id; comma-separated ids spread the raw sessions over them")
     ap.add_argument("--queues-file", help="one queue id per line: many-queues mode")
     ap.add_argument("--shard", type=int, default=0)
     ap.add_argument("--shards", type=int, default=1)

@@ -28,11 +28,13 @@ from bench import _proc
 from bench._db import Conn, preload_waiting
 from bench._http import RawPool
 from bench._harness import (
+    cpu_seconds,
     create_mysql_database,
     drop_mysql_database,
     environment,
     mysql,
     percentile,
+    pid_of,
 )
 from tests.support.history import max_overlap
 from tests.support.history import rate_windows as windows
@@ -70,6 +72,18 @@ class Sizes:
     ceiling_connections: int
     drain_timeout: float
     peer_drain_tasks: int
+    # controls: application quotas and resource keys near saturation (resources.md)
+    controls_tasks: int
+    controls_queues: int
+    controls_keys: int
+    controls_key_concurrency: int  # M: every key's max_concurrency
+    controls_hot_keys: int  # the first keys, named by a share of the tasks' key slots
+    controls_hot_share: float
+    controls_concurrency: int  # N: the application's max_concurrency, below what the sessions would take
+    controls_rate: int  # R: the application's Starts/s, well above what the machine reaches
+    controls_claim_max_tasks: int
+    controls_handler_ms: float
+    controls_drain_timeout: float
 
 
 QUICK = Sizes(
@@ -78,6 +92,9 @@ QUICK = Sizes(
     backlogs=[0, 10_000, 100_000], backlog_samples=100, backlog_sample_seconds=15,
     queues=300, limits_concurrency=8, limits_rate=50, limits_seconds=10, limits_handler_ms=50,
     ceiling_seconds=5, ceiling_processes=2, ceiling_connections=16, drain_timeout=240, peer_drain_tasks=5000,
+    controls_tasks=5000, controls_queues=3, controls_keys=1000, controls_key_concurrency=3, controls_hot_keys=10,
+    controls_hot_share=0.3, controls_concurrency=120, controls_rate=100_000, controls_claim_max_tasks=8,
+    controls_handler_ms=0, controls_drain_timeout=200,
 )
 FULL = Sizes(
     single_submits=10_000, single_concurrency=32, batches=200, batch_size=500, batch_concurrency=4,
@@ -85,6 +102,9 @@ FULL = Sizes(
     backlogs=[0, 100_000, 1_000_000], backlog_samples=500, backlog_sample_seconds=60,
     queues=10_000, limits_concurrency=32, limits_rate=200, limits_seconds=30, limits_handler_ms=50,
     ceiling_seconds=15, ceiling_processes=2, ceiling_connections=16, drain_timeout=1800, peer_drain_tasks=100_000,
+    controls_tasks=50_000, controls_queues=3, controls_keys=1000, controls_key_concurrency=3, controls_hot_keys=10,
+    controls_hot_share=0.3, controls_concurrency=120, controls_rate=100_000, controls_claim_max_tasks=8,
+    controls_handler_ms=0, controls_drain_timeout=1500,
 )
 
 def override(sizes: Sizes, items: list[str]) -> Sizes:
@@ -110,7 +130,7 @@ def override(sizes: Sizes, items: list[str]) -> Sizes:
 
 
 # Run order; `latency` runs inside the drain scenario (it needs the measured drain rate and running workers).
-SCENARIOS = ["db-ceiling", "submit", "drain", "latency", "backlog", "many-queues", "limits"]
+SCENARIOS = ["db-ceiling", "submit", "drain", "latency", "backlog", "many-queues", "limits", "controls"]
 
 
 @dataclass
@@ -776,6 +796,213 @@ async def limits(ctx: Context) -> None:
                     mean_starts_per_window=r1(sum(full) / len(full)) if full else 0,
                     starts_per_s=r1(len(starts) / span) if span else 0, rate_limited_replies=outcome["rate_limited"],
                     status="ok" if ok else "error", note="limits held" if ok else "LIMIT EXCEEDED")
+        finally:
+            _proc.stop_many(procs, grace=5)
+            db.close()
+
+
+# ------------------------------------------------------------------ application quotas and resource keys
+
+
+def pick_keys(rng, keys: int, hot: int, hot_share: float) -> list[int]:
+    """0-4 distinct key numbers for one task; each slot is one of the `hot` first keys with
+    probability `hot_share`, else any key (so a few keys are popular and saturate)."""
+    want = rng.randint(0, 4)
+    chosen: list[int] = []
+    while len(chosen) < want:
+        k = rng.randrange(hot) if hot and rng.random() < hot_share else rng.randrange(keys)
+        if k not in chosen:
+            chosen.append(k)
+    return chosen
+
+
+def key_overlaps(rows: list[tuple], now) -> dict[str, int]:
+    """Per resource key id, the largest number of leases open at once among the tasks naming it;
+    `rows` are (leased_at, ended_at or None, resource_key_ids JSON or None)."""
+    per_key: dict[str, list[tuple]] = {}
+    for leased_at, ended_at, ids in rows:
+        for k in orjson.loads(ids) if ids else ():
+            per_key.setdefault(k, []).append((leased_at, ended_at or now))
+    return {k: max_overlap(iv) for k, iv in per_key.items()}
+
+
+async def controls(ctx: Context) -> None:
+    """The application's quotas near saturation (max_concurrency N below what the sessions would
+    take, a Start rate R well above reach) and resource keys with few permits, some of them
+    popular, over several queues: drain rate and CPU per task, then the limits checked from the
+    stored lease history and the usage rows (resources.md)."""
+    import random
+
+    s = ctx.sizes
+    n, nq, nk, M = s.controls_tasks, s.controls_queues, s.controls_keys, s.controls_key_concurrency
+    N, R = s.controls_concurrency, s.controls_rate
+    with environment(None, 1, ctx.log_dir, permissions=("applications:manage",)) as (urls, creds):
+        token, db_url, app_id = creds["token"], creds["_database_url"], creds["application_id"]
+        db = Conn(db_url)
+        procs: list = []
+        try:
+            async with api(urls[0], token, 8, timeout=120) as client:
+                tag = uuid.uuid4().hex[:6]
+                # The application's quotas: read the revision, replace every quota at once.
+                r = await client.get(f"/v1/applications/{app_id}")
+                if r.status_code != 200:
+                    raise RuntimeError(f"GET /v1/applications/{app_id} answered {r.status_code}: {r.text[:300]}")
+                body = {"expected_revision": r.json()["data"]["revision"], "reason": "bench", "paused": False,
+                        "max_concurrency": N, "rate_per_second": R, "max_unfinished_tasks": 100_000_000}
+                r = await client.post(f"/v1/applications/{app_id}:configure", json=body,
+                                      headers={"Idempotency-Key": f"ctl-app-{tag}"})
+                if r.status_code != 200:
+                    raise RuntimeError(f"POST /v1/applications/{app_id}:configure {body} answered "
+                                       f"{r.status_code}: {r.text[:300]}")
+                app = r.json()["data"]["application"]
+                if (app["max_concurrency"], app["rate_per_second"]) != (N, R):
+                    raise RuntimeError(f"configure answered other quotas than it was given: {app}")
+                qids = [await create_queue(client, f"controls-{tag}-{i}") for i in range(nq)]
+
+                pool = RawPool.like(client)  # the light client: httpx would take CPU from the server
+                try:
+                    sem = asyncio.Semaphore(8)
+                    names = [f"rk-{i:04d}" for i in range(nk)]
+                    key_ids: dict[str, str] = {}
+
+                    async def make_key(name: str) -> None:
+                        async with sem:
+                            req = {"name": name, "max_concurrency": M}
+                            status, raw = await pool.post("/v1/resource-keys", req,
+                                                          {"Idempotency-Key": f"ctl-{tag}-{name}"})
+                            if status != 201:
+                                raise RuntimeError(f"POST /v1/resource-keys {req} answered {status}: {raw[:300]!r}")
+                            key_ids[name] = orjson.loads(raw)["data"]["resource_key"]["id"]
+
+                    t0 = time.perf_counter()
+                    await asyncio.gather(*(make_key(x) for x in names))
+                    keys_s = time.perf_counter() - t0
+
+                    rng = random.Random(20240611)
+                    per_queue: list[list[dict]] = [[] for _ in qids]
+                    for i in range(n):
+                        chosen = [names[k] for k in pick_keys(rng, nk, s.controls_hot_keys, s.controls_hot_share)]
+                        per_queue[i % nq].append({"idempotency_key": f"ctl-{tag}-{i}", "payload": {"i": i},
+                                                  "resource_keys": chosen})
+                    submitted: dict[str, list[str]] = {}  # task id -> the key names it was given
+                    sem = asyncio.Semaphore(4)
+
+                    async def put(qid: str, b: int, items: list[dict]) -> None:
+                        async with sem:
+                            status, raw = await pool.post(f"/v1/queues/{qid}/tasks:batch", {"tasks": items},
+                                                          {"Idempotency-Key": f"ctlb-{tag}-{qid}-{b}"})
+                            if status != 200:
+                                raise RuntimeError(f"POST /v1/queues/{qid}/tasks:batch answered {status}: "
+                                                   f"{raw[:300]!r}")
+                            for item, res in zip(items, orjson.loads(raw)["data"]["results"], strict=True):
+                                if "task" not in res:
+                                    raise RuntimeError(f"batch item {item} refused: {res}")
+                                submitted[res["task"]["id"]] = item["resource_keys"]
+
+                    t0 = time.perf_counter()
+                    await asyncio.gather(*(put(qid, b, items[j:j + 500]) for qid, items in zip(qids, per_queue)
+                                           for b, j in enumerate(range(0, len(items), 500))))
+                    submit_s = time.perf_counter() - t0
+                finally:
+                    await pool.close()
+
+            # Sessions: a multiple of the queues per process, each queue as many; together they
+            # would take more than N leases at once, so the application's concurrency binds.
+            per_proc = nq * max(1, -(-s.sessions_per_process // nq))
+            port = urls[0].rsplit(":", 1)[1]
+            server, mariadb = pid_of("-f", f"server.*--port {port}"), pid_of("-x", "mariadbd")
+            before = (cpu_seconds(server) if server else 0.0, cpu_seconds(mariadb) if mariadb else 0.0)
+            t_launch = time.perf_counter()
+            procs = spawn_workers(ctx, urls, token, "controls", queue_id=",".join(qids), sessions=per_proc,
+                                  extra=["--max-tasks", str(s.controls_claim_max_tasks), "--handler-ms",
+                                         str(s.controls_handler_ms)])
+            # Progress from the application's usage row (one row for all the queues).
+            finished, _ = await wait_count(db, "SELECT unfinished = 0 FROM application_usage WHERE application_id = %s",
+                                       (app_id,), 1, s.controls_drain_timeout)
+            wall = time.perf_counter() - t_launch
+            after = (cpu_seconds(server) if server else 0.0, cpu_seconds(mariadb) if mariadb else 0.0)
+            worker_cpu = sum(cpu_seconds(p.pid) for p in procs if p.poll() is None)
+            drained = bool(finished)
+            _proc.stop_many(procs, grace=10)
+            outcome = worker_outcomes(ctx, "controls", len(procs))
+            procs = []
+
+            # ---- invariants, from what the database stored
+            problems: list[str] = []
+            marks = ", ".join(["%s"] * nq)
+            states = dict(await db.fetch(f"SELECT state, COUNT(*) FROM tasks WHERE queue_id IN ({marks}) "
+                                         "GROUP BY state", qids))
+            done = int(states.get("SUCCEEDED", 0))
+            if done != n or len(states) != 1:
+                problems.append(f"task states {states} (expected {n:,} SUCCEEDED)")
+            (now,), = await db.fetch("SELECT NOW(6)")
+            leases = await db.fetch(
+                "SELECT l.leased_at, l.ended_at, t.resource_key_ids FROM leases l JOIN tasks t ON t.id = l.task_id "
+                "WHERE l.application_id = %s", (app_id,))
+            app_overlap = max_overlap([(a, b or now) for a, b, _ in leases])
+            if app_overlap > N:
+                problems.append(f"application lease overlap {app_overlap} > max_concurrency {N}")
+            limits = dict(await db.fetch("SELECT id, max_concurrency FROM resource_keys"))
+            overlaps = key_overlaps(leases, now)
+            over = {k: v for k, v in overlaps.items() if v > limits.get(k, 0)}
+            if over:
+                worst = sorted(over.items(), key=lambda kv: -kv[1])[:5]
+                problems.append(f"{len(over)} resource keys over their max_concurrency, e.g. "
+                                + ", ".join(f"{k}: {v} > {limits.get(k)}" for k, v in worst))
+            # What each task names, as stored, against what it was submitted with.
+            mismatched = 0
+            for tid, names_json, ids_json in await db.fetch(
+                    f"SELECT id, resource_keys, resource_key_ids FROM tasks WHERE queue_id IN ({marks})", qids):
+                want = sorted(submitted.get(tid, ()))
+                got_ids = sorted(orjson.loads(ids_json)) if ids_json else []
+                if sorted(orjson.loads(names_json)) != want or got_ids != sorted(key_ids[x] for x in want):
+                    mismatched += 1
+            if mismatched or len(submitted) != n:
+                problems.append(f"{mismatched} tasks whose stored keys differ from those submitted "
+                                f"({len(submitted):,} accepted)")
+            (rows, busy, unfinished), = await db.fetch(
+                "SELECT COUNT(*), COALESCE(SUM(permits_in_use <> 0), 0), COALESCE(SUM(unfinished <> 0), 0) "
+                "FROM resource_key_usage")
+            if int(busy) or int(unfinished):
+                problems.append(f"resource_key_usage at the end: {int(busy)} keys with permits_in_use > 0, "
+                                f"{int(unfinished)} with unfinished > 0")
+            if int(rows) != nk:
+                problems.append(f"resource_key_usage has {int(rows)} rows for {nk} keys")
+            (app_permits, app_unfinished), = await db.fetch(
+                "SELECT permits_in_use, unfinished FROM application_usage WHERE application_id = %s", (app_id,))
+            if int(app_permits) or int(app_unfinished):
+                problems.append(f"application_usage at the end: permits_in_use {app_permits}, "
+                                f"unfinished {app_unfinished}")
+            if outcome["errors"]:
+                problems.append(f"{outcome['errors']} worker errors")
+
+            (span_us,), = await db.fetch(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(leased_at), MAX(ended_at)) FROM leases "
+                "WHERE application_id = %s AND outcome = 'SUCCEEDED'", (app_id,))
+            saturated = sum(1 for k, v in overlaps.items() if v >= limits.get(k, 0))
+            # The drain's tail: how long its last 10% took, and how many of those name a hot key
+            # (a slow tail of hot-key tasks is parking and unparking at work).
+            hot = {key_ids[names[k]] for k in range(min(s.controls_hot_keys, nk))}
+            ended = sorted((b, bool(hot.intersection(orjson.loads(ids) if ids else ())))
+                           for _, b, ids in leases if b is not None)
+            last = ended[-max(1, len(ended) // 10):]
+            tail_s = (last[-1][0] - last[0][0]).total_seconds() if ended else 0.0
+            keyed = sum(1 for v in submitted.values() if v)
+            note = "limits held, all tasks succeeded, usage rows back to 0" if not problems else "; ".join(problems)
+            if not drained:
+                note = f"drain not finished after {wall:.0f}s; " + note
+            ctx.add("controls", "orbit", f"{n:,} tasks, {nq} queues, {nk:,} keys",
+                    tasks=done, tasks_per_s=r1(done / ((span_us or 1) / 1e6)), wall_tasks_per_s=r1(done / wall),
+                    server_cpu_us_per_task=round((after[0] - before[0]) / n * 1e6) if server else None,
+                    mariadb_cpu_us_per_task=round((after[1] - before[1]) / n * 1e6) if mariadb else None,
+                    worker_cpu_us_per_task=round(worker_cpu / n * 1e6),
+                    app_max_concurrent=app_overlap, app_limit=N, key_limit=M,
+                    key_max_concurrent=max(overlaps.values(), default=0), keys_saturated=saturated,
+                    tasks_with_keys=keyed, leases_per_task=r2(len(leases) / max(1, done)),
+                    span_s=r2((span_us or 0) / 1e6), tail_10pct_s=r2(tail_s),
+                    tail_hot_key_pct=r1(100 * sum(h for _, h in last) / len(last)) if ended else None,
+                    submit_tasks_per_s=r1(n / submit_s), keys_per_s=r1(nk / keys_s),
+                    status="ok" if not problems and drained else "error", note=note)
         finally:
             _proc.stop_many(procs, grace=5)
             db.close()
