@@ -49,6 +49,12 @@ __all__ = [
     "Queue",
     "QueuePage",
     "RetireQueueRequest",
+    "ConfigureResourceKeyRequest",
+    "CreateResourceKeyRequest",
+    "CreateResourceKeyResult",
+    "ResourceKey",
+    "ResourceKeyPage",
+    "RetireResourceKeyRequest",
 ]
 
 
@@ -69,6 +75,8 @@ QueueName = Annotated[
     AfterValidator(check_name),
     WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"}),
 ]
+# A resource key's name follows the queue-name rules (resources.md).
+ResourceKeyName = QueueName
 Reason = Annotated[
     str,
     AfterValidator(check_reason),
@@ -208,6 +216,63 @@ class ConfigureApplicationResult(BaseModel):
     application: Application
 
 
+# ---------------------------------------------------------------- resource keys
+
+
+class CreateResourceKeyRequest(StrictRequest):
+    """Body of `POST /v1/resource-keys`."""
+
+    name: ResourceKeyName = Field(description="1-128 chars; an ASCII letter or digit, then letters, digits, _ . : -")
+    max_concurrency: int = Field(ge=1, le=100_000, description="permits: tasks holding the key at once")
+
+
+class ConfigureResourceKeyRequest(StrictRequest):
+    """Body of `POST /v1/resource-keys/{resource_key_id}:configure`: replaces every control at once."""
+
+    expected_revision: Revision
+    reason: Reason = Field(description="not blank, at most 1024 characters; written to the audit record")
+    max_concurrency: int = Field(ge=1, le=100_000, description="lowering it revokes no permit already held")
+
+
+class RetireResourceKeyRequest(StrictRequest):
+    """Body of `POST /v1/resource-keys/{resource_key_id}:retire`."""
+
+    expected_revision: Revision
+    reason: Reason
+
+
+class ResourceKey(BaseModel):
+    """A named permit pool shared by the queues of a namespace, with its permits in use."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    namespace_id: str
+    name: str
+    max_concurrency: int
+    in_use: U64
+    revision: U64
+    retired_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class CreateResourceKeyResult(BaseModel):
+    """Answer of create, configure and retire: the snapshot as of that operation."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    deduplicated: bool
+    resource_key: ResourceKey
+
+
+class ResourceKeyPage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[ResourceKey]
+    next_cursor: str | None = None
+
+
 # ---------------------------------------------------------------- tasks
 
 
@@ -235,7 +300,6 @@ Timestamp = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time", "description": "RFC 3339 with an offset"}),
 ]
 JsonValue = Annotated[Any, AfterValidator(_not_null), WithJsonSchema({"description": "any JSON value except null"})]
-ResourceKeyName = QueueName
 
 
 class RetryPolicy(StrictRequest):

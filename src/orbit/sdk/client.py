@@ -38,11 +38,17 @@ from ..models import (
     ConfigureApplicationRequest,
     ConfigureApplicationResult,
     ConfigureQueueRequest,
+    ConfigureResourceKeyRequest,
     CreateQueueRequest,
     CreateQueueResult,
+    CreateResourceKeyRequest,
+    CreateResourceKeyResult,
     Queue,
     QueuePage,
+    ResourceKey,
+    ResourceKeyPage,
     RetireQueueRequest,
+    RetireResourceKeyRequest,
     ReviewTaskRequest,
     SubmitTaskItem,
     SubmitTaskRequest,
@@ -259,6 +265,44 @@ class _Builder:
         path = f"/v1/applications/{_segment(application_id, 'application_id')}:configure"
         body = _body(_model(ConfigureApplicationRequest, request, "request"))
         return _post(path, key, body, _as(ConfigureApplicationResult))
+
+    @staticmethod
+    def create_resource_key(
+        key: str, request: CreateResourceKeyRequest | Mapping[str, Any]
+    ) -> _Call[CreateResourceKeyResult]:
+        body = _body(_model(CreateResourceKeyRequest, request, "request"))
+        return _post("/v1/resource-keys", key, body, _as(CreateResourceKeyResult))
+
+    @staticmethod
+    def get_resource_key(resource_key_id: str) -> _Call[ResourceKey]:
+        return _get(f"/v1/resource-keys/{_segment(resource_key_id, 'resource_key_id')}", _as(ResourceKey))
+
+    @staticmethod
+    def list_resource_keys_page(
+        name: str | None, include_retired: bool, page_size: int, cursor: str | None
+    ) -> _Call[ResourceKeyPage]:
+        params = _paging(page_size, cursor)
+        if name is not None:
+            params.append(("name", name))
+        if include_retired:
+            params.append(("include_retired", "true"))
+        return _get("/v1/resource-keys", _as(ResourceKeyPage), params)
+
+    @staticmethod
+    def configure_resource_key(
+        resource_key_id: str, key: str, request: ConfigureResourceKeyRequest | Mapping[str, Any]
+    ) -> _Call[CreateResourceKeyResult]:
+        path = f"/v1/resource-keys/{_segment(resource_key_id, 'resource_key_id')}:configure"
+        body = _body(_model(ConfigureResourceKeyRequest, request, "request"))
+        return _post(path, key, body, _as(CreateResourceKeyResult))
+
+    @staticmethod
+    def retire_resource_key(
+        resource_key_id: str, key: str, expected_revision: int | str, reason: str
+    ) -> _Call[CreateResourceKeyResult]:
+        path = f"/v1/resource-keys/{_segment(resource_key_id, 'resource_key_id')}:retire"
+        body = _body(RetireResourceKeyRequest(expected_revision=_revision(expected_revision), reason=reason))
+        return _post(path, key, body, _as(CreateResourceKeyResult))
 
     @staticmethod
     def submit_task(queue_id: str, key: str, request: SubmitTaskRequest | Mapping[str, Any]) -> _Call[SubmitTaskResult]:
@@ -515,6 +559,45 @@ class Client(_ClientBase):
         """Replace every quota of the application at once, guarded by `expected_revision`."""
         return self._run(self._build.configure_application(application_id, key, request))
 
+    # -- resource keys
+
+    def create_resource_key(
+        self, key: str, request: CreateResourceKeyRequest | Mapping[str, Any]
+    ) -> CreateResourceKeyResult:
+        """Create a resource key (`POST /v1/resource-keys`); resending the same key and content returns the
+        original receipt."""
+        return self._run(self._build.create_resource_key(key, request))
+
+    def get_resource_key(self, resource_key_id: str) -> ResourceKey:
+        """Read a resource key with its permits in use (`in_use`)."""
+        return self._run(self._build.get_resource_key(resource_key_id))
+
+    def list_resource_keys(
+        self, name: str | None = None, include_retired: bool = False, page_size: int = 100
+    ) -> Iterator[ResourceKey]:
+        """Iterate over every resource key of the namespace in creation order, fetching pages lazily."""
+        first = self._build.list_resource_keys_page(name, include_retired, page_size, None)  # bad arguments fail now
+        return self._iterate(first, lambda c: self._build.list_resource_keys_page(name, include_retired, page_size, c))
+
+    def list_resource_keys_page(
+        self, name: str | None = None, include_retired: bool = False, page_size: int = 100, cursor: str | None = None
+    ) -> ResourceKeyPage:
+        """One page of resource keys; pass its `next_cursor` back as `cursor` for the next one."""
+        return self._run(self._build.list_resource_keys_page(name, include_retired, page_size, cursor))
+
+    def configure_resource_key(
+        self, resource_key_id: str, key: str, request: ConfigureResourceKeyRequest | Mapping[str, Any]
+    ) -> CreateResourceKeyResult:
+        """Replace every control of a resource key at once, guarded by `expected_revision` (lowering
+        `max_concurrency` revokes no permit already held)."""
+        return self._run(self._build.configure_resource_key(resource_key_id, key, request))
+
+    def retire_resource_key(
+        self, resource_key_id: str, key: str, expected_revision: int | str, reason: str
+    ) -> CreateResourceKeyResult:
+        """Retire a resource key for good (no permit in use, no unfinished task naming it); reads keep working."""
+        return self._run(self._build.retire_resource_key(resource_key_id, key, expected_revision, reason))
+
     # -- tasks
 
     def submit_task(self, queue_id: str, key: str, request: SubmitTaskRequest | Mapping[str, Any]) -> SubmitTaskResult:
@@ -681,6 +764,37 @@ class AsyncClient(_ClientBase):
         self, application_id: str, key: str, request: ConfigureApplicationRequest | Mapping[str, Any]
     ) -> ConfigureApplicationResult:
         return await self._run(self._build.configure_application(application_id, key, request))
+
+    # -- resource keys
+
+    async def create_resource_key(
+        self, key: str, request: CreateResourceKeyRequest | Mapping[str, Any]
+    ) -> CreateResourceKeyResult:
+        return await self._run(self._build.create_resource_key(key, request))
+
+    async def get_resource_key(self, resource_key_id: str) -> ResourceKey:
+        return await self._run(self._build.get_resource_key(resource_key_id))
+
+    def list_resource_keys(
+        self, name: str | None = None, include_retired: bool = False, page_size: int = 100
+    ) -> AsyncIterator[ResourceKey]:
+        first = self._build.list_resource_keys_page(name, include_retired, page_size, None)  # bad arguments fail now
+        return self._iterate(first, lambda c: self._build.list_resource_keys_page(name, include_retired, page_size, c))
+
+    async def list_resource_keys_page(
+        self, name: str | None = None, include_retired: bool = False, page_size: int = 100, cursor: str | None = None
+    ) -> ResourceKeyPage:
+        return await self._run(self._build.list_resource_keys_page(name, include_retired, page_size, cursor))
+
+    async def configure_resource_key(
+        self, resource_key_id: str, key: str, request: ConfigureResourceKeyRequest | Mapping[str, Any]
+    ) -> CreateResourceKeyResult:
+        return await self._run(self._build.configure_resource_key(resource_key_id, key, request))
+
+    async def retire_resource_key(
+        self, resource_key_id: str, key: str, expected_revision: int | str, reason: str
+    ) -> CreateResourceKeyResult:
+        return await self._run(self._build.retire_resource_key(resource_key_id, key, expected_revision, reason))
 
     # -- tasks
 
