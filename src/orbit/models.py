@@ -438,3 +438,66 @@ class AttemptPage(BaseModel):
 
     items: list[Attempt]
     next_cursor: str | None = None
+
+
+class RateWindowUse(BaseModel):
+    """The current one-second Start window of a queue."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    started_at: datetime | None = None
+    used: U64
+    reserved: U64
+
+
+class ActiveNode(BaseModel):
+    """A worker node that claimed on the queue within the last 10 s."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    node_id: str
+    in_flight: U64
+    last_claim_at: datetime | None = None
+
+
+class QueueUsage(BaseModel):
+    """A queue's live usage at the database clock (`at`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    queue_id: str
+    at: datetime | None = None
+    unfinished_tasks: U64
+    waiting: U64
+    delayed: U64
+    leased: U64
+    running: U64
+    needs_review: U64
+    in_flight: U64
+    rate_window: RateWindowUse | None = None
+    active_nodes: list[ActiveNode] = []
+
+
+class Blocker(BaseModel):
+    """One control that holds a waiting task: its layer, the control, and the figures behind it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    layer: str
+    control: str
+    name: str | None = None
+    limit: int | None = None
+    in_use: U64 | None = None
+    used: U64 | None = None
+    until: datetime | None = None
+
+
+class TaskBlockers(BaseModel):
+    """Why a task is not running now (`blockers` empty: the next claim on its queue can take it)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    task_id: str
+    state: str
+    at: datetime | None = None
+    blockers: list[Blocker] = []

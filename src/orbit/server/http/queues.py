@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from ...models import ConfigureQueueRequest, CreateQueueRequest, CreateQueueResult, Queue, QueuePage, RetireQueueRequest
+from ...models import (
+    ConfigureQueueRequest,
+    CreateQueueRequest,
+    CreateQueueResult,
+    Queue,
+    QueuePage,
+    QueueUsage,
+    RetireQueueRequest,
+)
+from ..services import live
 from ..services import queues as svc
 from .common import Call, authenticated, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
@@ -56,6 +65,17 @@ async def get_queue(request: Request, queue_id: str):
     async with Call(request) as call:
         who = call.require("queues:read")
         return call.answer(await svc.get_queue(call.db, who, queue_id))
+
+
+@router.get(
+    "/{queue_id}/usage",
+    responses={200: {"model": Envelope[QueueUsage]}, **error_responses(401, 403, 404, 503)},
+    summary="A queue's live usage: tasks per state, permits held, rate window, active worker nodes",
+)
+async def get_queue_usage(request: Request, queue_id: str):
+    async with Call(request) as call:
+        who = call.require("queues:read")
+        return call.answer(await live.queue_usage(call.db, who, queue_id))
 
 
 @router.post(

@@ -13,9 +13,11 @@ from ...models import (
     SubmitTaskRequest,
     SubmitTaskResult,
     Task,
+    TaskBlockers,
     TaskPage,
 )
 from ..errors import invalid_argument
+from ..services import live
 from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest
 from .common import Call, authenticated, decode_cursor
@@ -71,6 +73,17 @@ async def submit_batch(request: Request, queue_id: str):
         outcome = await svc.submit_batch(call.db, who, queue_id, scope, commands)
         call.node.wakeups.work_in(queue_id, len(commands))
         return call.outcome(outcome)
+
+
+@router.get(
+    "/v1/tasks/{task_id}/blockers",
+    responses={200: {"model": Envelope[TaskBlockers]}, **error_responses(401, 403, 404, 503)},
+    summary="Why a task is not running now: every control that holds it",
+)
+async def get_task_blockers(request: Request, task_id: str):
+    async with Call(request) as call:
+        who = call.require("tasks:read")
+        return call.answer(await live.task_blockers(call.db, who, task_id))
 
 
 @router.get(

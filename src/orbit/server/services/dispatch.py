@@ -40,6 +40,7 @@ from ..store.queries import queues as queue_q
 from ..store.queries import tasks as task_q
 from ..store.queries import usage as usage_q
 from ..store.queries.bulk import update_many
+from ..store.queries.tasks import ALL_LEVELS
 from ..store.queries.usage import APPLICATION, QUEUE, UsageChanges
 from ..store.tx import Stmt, Tx
 from .auth import Principal
@@ -163,7 +164,8 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
         # claims could take in the same round trip; the grants then decide how many are used.
         reads += [usage_q.queue_rows(queue_ids, clock=True), usage_q.application_rows(app_ids),
                   key_q.nodes(queue_ids)]
-        reads += [task_q.claimable(qid, _wanted(commands, by_queue[qid]), skip_locked=True) for qid in queue_ids]
+        reads += [task_q.claimable(qid, _wanted(commands, by_queue[qid]), levels=_levels_seen.get(qid, ALL_LEVELS),
+                                   skip_locked=True) for qid in queue_ids]
     prior, control_rows, *rest = await tx.rows_multi(reads)
     notes: list[Stmt] = []
     controls = {r["id"]: r for r in control_rows}
@@ -193,6 +195,14 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
         picks = dict(zip(queue_ids, rest[3:]))
         tx.adopt_clock(snapshots[next(iter(live))])
         now = await tx.now()
+        for qid in live:
+            # Levels this node did not know the queue has: read them too (rare: a new priority).
+            levels = int(snapshots[qid]["priority_levels"])
+            missing = levels & ~_levels_seen.get(qid, ALL_LEVELS)
+            _levels_seen[qid] = levels
+            if missing:
+                picks[qid] = picks[qid] + await tx.rows(task_q.claimable(
+                    qid, _wanted(commands, live[qid]), levels=missing, skip_locked=True))
         room = _application_room(commands, live, controls, app_snapshots, now)
         rooms: dict[str, KeyRoom] = {}
         planned = []
@@ -209,6 +219,11 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
     for stmt in notes:
         await tx.defer(stmt)
     return [r if r is not None else {"tasks": []} for r in replies]
+
+
+# The priority levels each queue's usage row showed this process last (they only ever grow):
+# a claim reads those levels' candidates in its first round trip, before it sees the row.
+_levels_seen: dict[str, int] = {}
 
 
 def _wanted(commands: list[ClaimCommand], slots: list[int]) -> int:
@@ -277,7 +292,8 @@ async def _key_rooms(tx: Tx, key_ids: list[str], *, lock: bool) -> dict[str, Key
 
 
 async def _take(tx: Tx, queue_id: str, grant: int, first: list[dict[str, Any]], limit: int, now: datetime,
-                rooms: dict[str, KeyRoom], parked: dict[str, int], *, optimistic: bool) -> list[dict[str, Any]]:
+                rooms: dict[str, KeyRoom], parked: dict[str, int], *, levels: int,
+                optimistic: bool) -> list[dict[str, Any]]:
     """Up to `grant` candidates in dispatch order whose every resource key has a free permit
     (`rooms`, updated with what is taken); candidates with a saturated key are parked on it
     (`parked` counts them per key) and the claim reads on, while it parks, up to
@@ -307,7 +323,8 @@ async def _take(tx: Tx, queue_id: str, grant: int, first: list[dict[str, Any]], 
             return taken
         limit = min(limit * 4, 256)
         seen = {t["id"] for t in taken}
-        fresh = await tx.rows(task_q.claimable(queue_id, limit + len(seen), now=now, skip_locked=optimistic))
+        fresh = await tx.rows(task_q.claimable(queue_id, limit + len(seen), levels=levels, now=now,
+                                               skip_locked=optimistic))
         exhausted = _exhausted(fresh, limit + len(seen))
         rows = in_dispatch_order([r for r in fresh if r["id"] not in seen], now)
 
@@ -349,14 +366,16 @@ async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], slots
     grant = _grant(sum(caps), q, usage, room, now)
     parked: dict[str, int] = {}
     candidates = await _take(tx, queue_id, grant, picked, _wanted(commands, slots), now, rooms, parked,
-                             optimistic=True) if grant > 0 else []
+                             levels=int(usage["priority_levels"]), optimistic=True) if grant > 0 else []
     notes += _note_claims(queue_id, mine, caps, candidates, nodes, now)
     if not candidates and not parked:
         return None
     room[aid] -= len(candidates)
+    changes = UsageChanges()
     if candidates:
         await tx.defer(task_q.mark_leased([t["id"] for t in candidates], now))
-    changes = await _write_leases(tx, queue_id, mine, caps, slots, replies, candidates, now, defer_receipts=True)
+        changes = await _write_leases(tx, queue_id, mine, caps, slots, replies, candidates, now,
+                                      defer_receipts=True)
     key_leases: dict[str, int] = {}
     for t in candidates:
         for k in task_q.resource_key_ids(t):
@@ -466,8 +485,9 @@ async def _grant_locked(tx: Tx, commands: list[ClaimCommand], live: dict[str, li
             # The usage rows are held: claims take turns, so a plain indexed read is enough, and the
             # UPDATE re-checks WAITING: a task a cancel or sweep changed meanwhile is simply not taken.
             wanted = _wanted(commands, slots)
-            first = await tx.rows(task_q.claimable(qid, wanted, now=now))
-            candidates = await _take(tx, qid, grant, first, wanted, now, rooms, {}, optimistic=False)
+            levels = int(usage_of[qid]["priority_levels"])
+            first = await tx.rows(task_q.claimable(qid, wanted, levels=levels, now=now))
+            candidates = await _take(tx, qid, grant, first, wanted, now, rooms, {}, levels=levels, optimistic=False)
         if candidates:
             ids = [t["id"] for t in candidates]
             taken = await tx.count(task_q.mark_leased(ids, now, only_waiting=True))

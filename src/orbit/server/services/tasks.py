@@ -375,7 +375,7 @@ async def admit(
     if optimistic and candidates:
         accepted = candidates
         await _insert_accepted(tx, principal, accepted, now)
-        await _take_slots(tx, principal, queue_id, len(accepted), alone=alone)
+        await _take_slots(tx, principal, queue_id, len(accepted), _levels(accepted), alone=alone)
         references = UsageChanges()
         _count_references(references, accepted)
         await references.apply(tx)
@@ -402,11 +402,19 @@ async def admit(
     return [r for r in results if r is not None]
 
 
-async def _take_slots(tx: Tx, principal: Principal, queue_id: str, n: int, *, alone: bool) -> None:
+def _levels(accepted: list[_Candidate]) -> int:
+    """The priority levels of these tasks as a bit mask (claims read the queue's levels only)."""
+    mask = 0
+    for c in accepted:
+        mask |= 1 << int(c.row["priority"])
+    return mask
+
+
+async def _take_slots(tx: Tx, principal: Principal, queue_id: str, n: int, levels: int, *, alone: bool) -> None:
     """Take `n` backlog slots in the queue and the application if both have room. A refusal
     reruns the transaction locked first (`Database.lock_last`), which also tells, in a batch,
     which items still fit; a lone submit is refused outright where the store can tell now."""
-    refused = await usage_q.take_backlog_slots(tx, queue_id, principal.application_id, n)
+    refused = await usage_q.take_backlog_slots(tx, queue_id, principal.application_id, n, levels)
     if refused is None:
         return
     if not alone:
@@ -438,6 +446,7 @@ async def _admit_many(
     if accepted:
         usage = UsageChanges()
         usage.add(queue["id"], principal.application_id, unfinished=len(accepted))
+        usage.note_levels(queue["id"], _levels(accepted))
         _count_references(usage, accepted)
         await usage.apply(tx)
     return accepted

@@ -84,6 +84,7 @@ queue_usage = Table(
     Column("rate_window_used", U64, nullable=False),
     Column("rate_reserved", U64, nullable=False),
     Column("permits_freed_at", Ts, nullable=True),
+    Column("priority_levels", U32, nullable=False),
 )
 
 idempotency_records = Table(

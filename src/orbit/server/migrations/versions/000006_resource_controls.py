@@ -56,6 +56,9 @@ def upgrade() -> None:
     op.create_index("ix_tasks_dispatch", "tasks",
                     ["queue_id", "state", "parked_on", sa.text("priority DESC"), "available_at", "id"])
     op.create_index("ix_tasks_parked", "tasks", ["parked_on", sa.text("priority DESC"), "available_at", "id"])
+    op.add_column("queue_usage", C(
+        "priority_levels", U32, "bit p set: tasks of priority p were submitted to the queue (claims read only "
+                                "those levels)", server_default=sa.text("1023")))
     op.create_table(
         "queue_nodes",
         C("queue_id", Id, "queue claimed on"),

@@ -64,3 +64,10 @@ def note_claim(queue_id: str, node: str, now: datetime, wanting: bool, granted: 
                 sqlite=_NOTE_CLAIM + "ON CONFLICT (queue_id, worker_node_id) DO UPDATE SET "
                 "last_claim_at = excluded.last_claim_at, wanting_at = excluded.wanting_at, "
                 "in_flight = in_flight + excluded.in_flight")
+
+
+def described(resource_key_ids: list[str]) -> Stmt:
+    """The keys' names, limits, retirement and permits in use (a task's blockers)."""
+    return Stmt("SELECT k.id, k.name, k.max_concurrency, k.retired_at, ku.permits_in_use FROM resource_keys k "
+                "JOIN resource_key_usage ku ON ku.resource_key_id = k.id "
+                f"WHERE k.id IN ({placeholders(len(resource_key_ids))})", resource_key_ids)

@@ -115,23 +115,27 @@ _DISPATCH_COLS = ("id, namespace_id, application_id, queue_id, state, priority, 
 
 _CLAIM_COLS = ("id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
                "resource_key_ids, available_at, start_deadline_at, deadline_at")
-_LEVELS = tuple(range(9, -1, -1))
+ALL_LEVELS = (1 << 10) - 1
 
 
-def claimable(queue_id: str, limit: int, *, now: datetime | None = None, skip_locked: bool = False) -> Stmt:
-    """Up to `limit` due, claimable (not parked) waiting tasks of each priority, each level in due
-    time then acceptance order: one index range per level, whose merge by effective priority
-    (`core.dispatch_order`) is exact under aging. `now` defaults to the database clock; with
-    `skip_locked`, rows another claim holds are passed over."""
+def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datetime | None = None,
+              skip_locked: bool = False) -> Stmt:
+    """Up to `limit` due, claimable (not parked) waiting tasks of each priority in `levels` (a
+    bit mask), each level in due time then acceptance order: one index range per level, whose
+    merge by effective priority (`core.dispatch_order`) is exact under aging. `now` defaults to
+    the database clock; with `skip_locked`, rows another claim holds are passed over."""
     due_by = "?" if now is not None else "{NOW}"
     lock = "{SKIP_LOCKED}" if skip_locked else ""
     level = (f"SELECT {_CLAIM_COLS} FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND parked_on IS NULL "
              f"AND priority = ? AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
+    ps = [p for p in range(9, -1, -1) if levels >> p & 1] or [0]
     params: list[Any] = []
-    for p in _LEVELS:
+    for p in ps:
         params += (queue_id, p, now, limit) if now is not None else (queue_id, p, limit)
-    return Stmt(" UNION ALL ".join(f"({level}{lock})" for _ in _LEVELS), params,
-                sqlite=" UNION ALL ".join(f"SELECT * FROM ({level})" for _ in _LEVELS))
+    if len(ps) == 1:
+        return Stmt(level + lock, params)
+    return Stmt(" UNION ALL ".join(f"({level}{lock})" for _ in ps), params,
+                sqlite=" UNION ALL ".join(f"SELECT * FROM ({level})" for _ in ps))
 
 
 def park(task_ids: list[str], resource_key_id: str) -> Stmt:

@@ -52,9 +52,22 @@ def backlog(queue_id: str, application_id: str) -> Stmt:
                 (queue_id, queue_id, application_id, application_id))
 
 
+def waiting_counts(queue_id: str) -> Stmt:
+    """The queue's waiting tasks, due and not yet due at the database clock (from the dispatch
+    index alone), with that clock."""
+    return Stmt("SELECT COUNT(*) AS waiting, COALESCE(SUM(CASE WHEN available_at > {NOW} THEN 1 ELSE 0 END), 0) "
+                "AS not_due, {NOW} AS db_now FROM tasks WHERE queue_id = ? AND state = 'WAITING'", (queue_id,))
+
+
+def held_counts(queue_id: str) -> Stmt:
+    """The queue's unfinished tasks past WAITING, per state."""
+    return Stmt("SELECT state, COUNT(*) AS n FROM tasks WHERE queue_id = ? "
+                "AND state IN ('LEASED', 'RUNNING', 'NEEDS_REVIEW') GROUP BY state", (queue_id,))
+
+
 def insert_queue_row(queue_id: str) -> Stmt:
     return Stmt("INSERT INTO queue_usage (queue_id, unfinished, permits_in_use, rate_window_start, "
-                "rate_window_used, rate_reserved) VALUES (?, 0, 0, NULL, 0, 0)", (queue_id,))
+                "rate_window_used, rate_reserved, priority_levels) VALUES (?, 0, 0, NULL, 0, 0, 0)", (queue_id,))
 
 
 def insert_resource_key_row(resource_key_id: str) -> Stmt:
@@ -125,6 +138,12 @@ class UsageChanges:
         self.nodes: dict[tuple[str, str], int] = defaultdict(int)
         self.windows: dict[tuple[str, str], tuple[datetime | None, int]] = {}
         self.starts: dict[tuple[str, str], tuple[int, int, datetime]] = {}
+        self.levels: dict[str, int] = {}
+
+    def note_levels(self, queue_id: str, levels: int) -> None:
+        """Tasks of these priority levels (bit mask) entered the queue."""
+        self.levels[queue_id] = self.levels.get(queue_id, 0) | levels
+        self.queues[queue_id]  # noqa: B018 - the queue's row is written even if no counter changes
 
     def add(self, queue_id: str, application_id: str | None, unfinished: int = 0, permits_in_use: int = 0,
             rate_reserved: int = 0, *, keys: Iterable[str] = (), node: str | None = None, **other: int) -> None:
@@ -200,6 +219,9 @@ class UsageChanges:
             sets.append("permits_freed_at = CASE WHEN permits_freed_at IS NULL OR permits_freed_at < ? "
                         "THEN ? ELSE permits_freed_at END")
             params += [now, now]
+        if layer == QUEUE and self.levels.get(key):
+            sets.append("priority_levels = priority_levels | ?")
+            params.append(self.levels[key])
         w = self.windows.get((layer, key))
         if w is not None:
             sets += ["rate_window_start = ?", "rate_window_used = ?"]
@@ -232,18 +254,21 @@ def _counter_sets(counters: Counters) -> tuple[list[str], list[Any]]:
 
 # `core.limits.backlog_fits` in SQL, for the queue's and the application's usage rows.
 _TAKE_QUEUE_SLOTS = ("UPDATE queue_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks "
-                     "FROM queues WHERE id = ?) THEN unfinished + ? ELSE NULL END WHERE queue_id = ?")
+                     "FROM queues WHERE id = ?) THEN unfinished + ? ELSE NULL END, "
+                     "priority_levels = priority_levels | ? WHERE queue_id = ?")
 _TAKE_APP_SLOTS = ("UPDATE application_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT "
                    "max_unfinished_tasks FROM applications WHERE id = ?) THEN unfinished + ? ELSE NULL END "
                    "WHERE application_id = ?")
-_TAKE_QUEUE_SLOTS_IF = ("UPDATE queue_usage SET unfinished = unfinished + ? WHERE queue_id = ? "
+_TAKE_QUEUE_SLOTS_IF = ("UPDATE queue_usage SET unfinished = unfinished + ?, priority_levels = priority_levels | ? "
+                        "WHERE queue_id = ? "
                         "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM queues WHERE id = ?)")
 _TAKE_APP_SLOTS_IF = ("UPDATE application_usage SET unfinished = unfinished + ? WHERE application_id = ? "
                       "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM applications WHERE id = ?)")
 
 
-async def take_backlog_slots(tx: Tx, queue_id: str, application_id: str, n: int) -> str | None:
-    """Take `n` unfinished-task slots in the queue and its application if both have room.
+async def take_backlog_slots(tx: Tx, queue_id: str, application_id: str, n: int, levels: int = 0) -> str | None:
+    """Take `n` unfinished-task slots in the queue and its application if both have room, and
+    note the priority `levels` (bit mask) of the tasks taking them.
 
     Returns None when taken, else the limit that refused (`QUEUE_FULL`, `APPLICATION_FULL`;
     the rollback returns whatever was taken). On MySQL the guarded UPDATEs travel with the
@@ -252,10 +277,10 @@ async def take_backlog_slots(tx: Tx, queue_id: str, application_id: str, n: int)
     """
     if tx.deferring:
         tx.guard_refusal_means(PlanNoLongerHolds)
-        await tx.defer(Stmt(_TAKE_QUEUE_SLOTS, (n, queue_id, n, queue_id)))
+        await tx.defer(Stmt(_TAKE_QUEUE_SLOTS, (n, queue_id, n, levels, queue_id)))
         await tx.defer(Stmt(_TAKE_APP_SLOTS, (n, application_id, n, application_id)))
         return None
-    taken, app_taken = await tx.counts([Stmt(_TAKE_QUEUE_SLOTS_IF, (n, queue_id, n, queue_id)),
+    taken, app_taken = await tx.counts([Stmt(_TAKE_QUEUE_SLOTS_IF, (n, levels, queue_id, n, queue_id)),
                                         Stmt(_TAKE_APP_SLOTS_IF, (n, application_id, n, application_id))])
     if taken == 1 and app_taken == 1:
         return None
