@@ -584,3 +584,121 @@ async def test_application_quotas(client, tenant):
     with pytest.raises(APIError) as exc:
         await client.get_application(new_id())
     assert_api_error(exc.value, 404, "NOT_FOUND")
+
+
+# ---------------------------------------------------------------- live usage and blockers (both clients)
+
+
+def assert_aware(value: datetime | None) -> None:
+    assert isinstance(value, datetime) and value.tzinfo is not None and value.utcoffset() is not None, value
+
+
+def check_idle_usage(usage: orbit.QueueUsage, queue_id: str) -> None:
+    """Two unfinished tasks (one due, one an hour ahead), nothing claimed, no Start ever."""
+    assert isinstance(usage, orbit.QueueUsage) and usage.queue_id == queue_id
+    assert_aware(usage.at)
+    counts = {f: getattr(usage, f) for f in ("unfinished_tasks", "waiting", "delayed", "leased", "running",
+                                              "needs_review", "in_flight")}
+    assert counts == {"unfinished_tasks": 2, "waiting": 1, "delayed": 1, "leased": 0, "running": 0,
+                      "needs_review": 0, "in_flight": 0}
+    assert all(type(v) is int for v in counts.values()), counts  # uint64 strings on the wire, ints here
+    assert usage.rate_window is None and usage.active_nodes == []
+
+
+def check_idle_blockers(due: orbit.TaskBlockers, delayed: orbit.TaskBlockers, due_id: str, delayed_id: str,
+                        available_at: datetime) -> None:
+    for b, task_id in ((due, due_id), (delayed, delayed_id)):
+        assert isinstance(b, orbit.TaskBlockers) and (b.task_id, b.state) == (task_id, "WAITING")
+        assert_aware(b.at)
+        assert all(isinstance(x, orbit.Blocker) for x in b.blockers)
+    # No worker node has claimed on the queue: both wait on that; the delayed one on its time first.
+    assert [(x.layer, x.control) for x in due.blockers] == [("workers", "no_active_workers")]
+    assert [(x.layer, x.control) for x in delayed.blockers] == [("time", "available_at"),
+                                                                ("workers", "no_active_workers")]
+    time = delayed.blockers[0]
+    assert_aware(time.until)
+    assert time.until == available_at
+    assert (time.name, time.limit, time.in_use, time.used) == (None, None, None, None)
+
+
+async def test_queue_usage_and_task_blockers(client, tenant, app, recording):
+    q = (await client.create_queue(new_key(), queue_request())).queue
+    due = (await client.submit_task(q.id, new_key(), SubmitTaskRequest(payload={"n": 1}))).task
+    ahead = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    delayed = (await client.submit_task(q.id, new_key(), SubmitTaskRequest(payload={"n": 2},
+                                                                           available_at=ahead))).task
+    assert delayed.available_at > datetime.now(timezone.utc) + timedelta(minutes=59)
+
+    # AsyncClient
+    usage = await client.get_queue_usage(q.id)
+    check_idle_usage(usage, q.id)
+    due_b, delayed_b = await client.get_task_blockers(due.id), await client.get_task_blockers(delayed.id)
+    check_idle_blockers(due_b, delayed_b, due.id, delayed.id, delayed.available_at)
+    assert [r.url.path for r in recording.sent[-3:]] == [
+        f"/v1/queues/{q.id}/usage", f"/v1/tasks/{due.id}/blockers", f"/v1/tasks/{delayed.id}/blockers"]
+    for missing in (client.get_queue_usage(MISSING), client.get_task_blockers(MISSING)):
+        with pytest.raises(APIError) as exc:
+            await missing
+        assert_api_error(exc.value, 404, "NOT_FOUND")
+    sent = len(recording.sent)
+    for bad in ("", "../queues", "a/b"):
+        with pytest.raises(ValueError):
+            await client.get_queue_usage(bad)
+        with pytest.raises(ValueError):
+            await client.get_task_blockers(bad)
+    with pytest.raises(TypeError):
+        await client.get_task_blockers(None)
+    assert len(recording.sent) == sent  # refused locally
+
+    async with serve(app) as base:
+        # The blocking Client on a real server: the same answers.
+        def sync_reads() -> None:
+            with Client(base, token=tenant.token) as c:
+                u = c.get_queue_usage(q.id)
+                check_idle_usage(u, q.id)
+                assert u.model_dump(exclude={"at"}) == usage.model_dump(exclude={"at"})
+                check_idle_blockers(c.get_task_blockers(due.id), c.get_task_blockers(delayed.id), due.id,
+                                    delayed.id, delayed.available_at)
+                for call, arg in ((c.get_queue_usage, MISSING), (c.get_task_blockers, MISSING),
+                                  (c.get_queue_usage, delayed.id), (c.get_task_blockers, q.id)):
+                    with pytest.raises(APIError) as exc:
+                        call(arg)
+                    assert_api_error(exc.value, 404, "NOT_FOUND")
+                with pytest.raises(ValueError):
+                    c.get_queue_usage("../x")
+
+        await asyncio.to_thread(sync_reads)
+
+        # A worker node claims the due task: it shows as active, and no longer blocks anything.
+        async with Worker.connect(base, tenant.token) as w:
+            await w.hello(q.id, node_id="usage-node")
+            claim = await w.call("claim", queue_id=q.id, max_tasks=2, lease_ms=30_000)
+            assert [t["task_id"] for t in claim["tasks"]] == [due.id], claim
+            leased = await client.get_queue_usage(q.id)
+            assert (leased.unfinished_tasks, leased.waiting, leased.delayed, leased.leased, leased.in_flight) \
+                == (2, 0, 1, 1, 1)
+            assert leased.rate_window is None  # a claim reserves, only a Start opens the window
+            [node] = leased.active_nodes
+            assert isinstance(node, orbit.ActiveNode)
+            assert (node.node_id, node.in_flight) == ("usage-node", 1) and type(node.in_flight) is int
+            assert_aware(node.last_claim_at)
+
+            def sync_after_claim() -> tuple[orbit.TaskBlockers, orbit.TaskBlockers]:
+                with Client(base, token=tenant.token) as c:
+                    return c.get_task_blockers(due.id), c.get_task_blockers(delayed.id)
+
+            for held, waits in (await asyncio.to_thread(sync_after_claim),
+                                (await client.get_task_blockers(due.id), await client.get_task_blockers(delayed.id))):
+                assert (held.state, held.blockers) == ("LEASED", [])  # not waiting: `state` says where it is
+                assert [(x.layer, x.control) for x in waits.blockers] == [("time", "available_at")]
+                assert waits.blockers[0].until == delayed.available_at
+
+            assert (await w.call("start", lease_id=claim["tasks"][0]["lease_id"]))["ok"]
+            started = await client.get_queue_usage(q.id)
+            assert (started.leased, started.running, started.in_flight) == (0, 1, 1)
+            window = started.rate_window
+            if window is not None:  # open for one second after the Start: usually still open here
+                assert isinstance(window, orbit.RateWindowUse)
+                assert (window.used, window.reserved) == (1, 0) and type(window.used) is int
+                assert_aware(window.started_at)
+                assert window.started_at <= started.at

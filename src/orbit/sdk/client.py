@@ -45,6 +45,7 @@ from ..models import (
     CreateResourceKeyResult,
     Queue,
     QueuePage,
+    QueueUsage,
     ResourceKey,
     ResourceKeyPage,
     RetireQueueRequest,
@@ -54,6 +55,7 @@ from ..models import (
     SubmitTaskRequest,
     SubmitTaskResult,
     Task,
+    TaskBlockers,
     TaskPage,
     TaskState,
 )
@@ -231,6 +233,10 @@ class _Builder:
         return _get(f"/v1/queues/{_segment(queue_id, 'queue_id')}", _as(Queue))
 
     @staticmethod
+    def get_queue_usage(queue_id: str) -> _Call[QueueUsage]:
+        return _get(f"/v1/queues/{_segment(queue_id, 'queue_id')}/usage", _as(QueueUsage))
+
+    @staticmethod
     def list_queues_page(
         name: str | None, include_retired: bool, page_size: int, cursor: str | None
     ) -> _Call[QueuePage]:
@@ -324,6 +330,10 @@ class _Builder:
     @staticmethod
     def get_task(task_id: str) -> _Call[Task]:
         return _get(f"/v1/tasks/{_segment(task_id, 'task_id')}", _as(Task))
+
+    @staticmethod
+    def get_task_blockers(task_id: str) -> _Call[TaskBlockers]:
+        return _get(f"/v1/tasks/{_segment(task_id, 'task_id')}/blockers", _as(TaskBlockers))
 
     @staticmethod
     def list_tasks_page(
@@ -524,6 +534,11 @@ class Client(_ClientBase):
         """Read a queue with its live backlog (`unfinished_tasks`)."""
         return self._run(self._build.get_queue(queue_id))
 
+    def get_queue_usage(self, queue_id: str) -> QueueUsage:
+        """A queue's live usage at the database clock: tasks per state, permits held (`in_flight`), the
+        current one-second rate window (None when none is open) and the worker nodes active on it."""
+        return self._run(self._build.get_queue_usage(queue_id))
+
     def list_queues(
         self, name: str | None = None, include_retired: bool = False, page_size: int = 100
     ) -> Iterator[Queue]:
@@ -613,6 +628,12 @@ class Client(_ClientBase):
     def get_task(self, task_id: str) -> Task:
         """Read a task with its frozen policy, state and outcome."""
         return self._run(self._build.get_task(task_id))
+
+    def get_task_blockers(self, task_id: str) -> TaskBlockers:
+        """Why a task is not running now: every control that holds it (layer, control, figures). Empty
+        `blockers` for a due `WAITING` task means the next claim on its queue can take it; for any other
+        state the list is empty and `state` tells where the task is."""
+        return self._run(self._build.get_task_blockers(task_id))
 
     def list_tasks(
         self,
@@ -734,6 +755,9 @@ class AsyncClient(_ClientBase):
     async def get_queue(self, queue_id: str) -> Queue:
         return await self._run(self._build.get_queue(queue_id))
 
+    async def get_queue_usage(self, queue_id: str) -> QueueUsage:
+        return await self._run(self._build.get_queue_usage(queue_id))
+
     def list_queues(
         self, name: str | None = None, include_retired: bool = False, page_size: int = 100
     ) -> AsyncIterator[Queue]:
@@ -810,6 +834,9 @@ class AsyncClient(_ClientBase):
 
     async def get_task(self, task_id: str) -> Task:
         return await self._run(self._build.get_task(task_id))
+
+    async def get_task_blockers(self, task_id: str) -> TaskBlockers:
+        return await self._run(self._build.get_task_blockers(task_id))
 
     def list_tasks(
         self,
