@@ -272,7 +272,11 @@ async def test_review_is_the_only_way_out_of_needs_review(tenant, base):
         for lease in c["tasks"]:
             assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
     await asyncio.sleep(1.1)
-    assert await dispatch.recover_expired_leases(tenant.db) == 3
+    for _ in range(20):  # recovery spans the shared test database, in batches
+        if await dispatch.recover_expired_leases(tenant.db) == 0:
+            break
+    for t in (a, b, c_):
+        assert (await task(tenant, t))["state"] == "NEEDS_REVIEW"
     assert (await tenant.post(f"/v1/tasks/{a}:cancel", {"reason": "x"})).status_code == 409
     ok = await tenant.post(f"/v1/tasks/{a}:review", {"resolution": "SUCCEEDED", "reason": "checked the ledger",
                                                    "evidence": {"ticket": 7}})
