@@ -46,8 +46,8 @@ class Node:
         db.on_keys_freed = self.unparker.freed
 
     async def unpark(self) -> None:
-        for queue_id in await self.unparker.run_once():
-            self.wakeups.claims.notify(queue_id)
+        for queue_id, n in (await self.unparker.run_once()).items():
+            self.wakeups.claims.notify(queue_id, n)
 
     @classmethod
     def create(cls, settings: Settings, db: Database) -> Node:

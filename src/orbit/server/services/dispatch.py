@@ -409,8 +409,7 @@ def _note_claims(queue_id: str, commands: list[ClaimCommand], caps: list[int], c
 async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[Any]) -> None:
     """Lock the planned queues' usage rows (queue order), then their applications', then their
     resource keys', in the round trip that carries every grant's writes, and check each grant
-    there; raise `PlanNoLongerHolds` if one no longer fits, or if a key a task was parked on
-    has a free permit after all."""
+    there; raise `PlanNoLongerHolds` if one no longer fits."""
     ids = sorted(p.queue_id for p in planned)
     app_ids = sorted({p.application_id for p in planned})
     key_ids = sorted({k for p in planned for k in (*p.key_leases, *p.parked)})
@@ -451,8 +450,12 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
         for r in key_rows:
             k = r["resource_key_id"]
             after = int(r["permits_in_use"]) + key_leases.get(k, 0)
-            if after > limits[k] or (k in parked and after < limits[k]):
+            if after > limits[k]:
                 raise PlanNoLongerHolds()
+            if k in parked and after < limits[k]:
+                # A permit came back since the plan read the key: parking is only a hint, so
+                # rather than run again, let the unparker return tasks for it after the commit.
+                tx.keys_freed.add(k)
     await changes.apply(tx)
 
 
@@ -1084,9 +1087,9 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
 # ------------------------------------------------------------------ parked tasks
 
 
-async def unpark(db: Database, key_ids: set[str] | None = None, *, batch: int = 100) -> list[str]:
+async def unpark(db: Database, key_ids: set[str] | None = None, *, batch: int = 100) -> dict[str, int]:
     """Give tasks parked on keys that have free permits back to the claimable part, one per
-    free permit, in dispatch order; returns the queues they wait in (to wake their claims).
+    free permit, in dispatch order; returns how many went back per queue (to wake that many claims).
 
     With `key_ids` (keys a transaction of this node just gave permits back to) only those
     are looked at; without, every key with both (the periodic pass that also catches a task
@@ -1095,17 +1098,18 @@ async def unpark(db: Database, key_ids: set[str] | None = None, *, batch: int = 
     read = key_q.free_permits(sorted(key_ids)) if key_ids else key_q.with_free_permits_and_parked(batch)
     free = {r["id"]: int(r["free"]) for r in await db.read(lambda tx: tx.rows(read))}
     if not free:
-        return []
+        return {}
 
-    async def body(tx: Tx) -> list[str]:
+    async def body(tx: Tx) -> dict[str, int]:
         keys = sorted(free)
         parked = await tx.rows_multi([task_q.parked_on(k, free[k]) for k in keys])
-        queues: set[str] = set()
+        queues: dict[str, int] = {}
         for k, rows in zip(keys, parked, strict=True):
             if rows:
                 await tx.defer(task_q.unpark([r["id"] for r in rows], k))
-                queues.update(r["queue_id"] for r in rows)
-        return sorted(queues)
+                for r in rows:
+                    queues[r["queue_id"]] = queues.get(r["queue_id"], 0) + 1
+        return queues
 
     return await db.transaction(body)
 
@@ -1126,10 +1130,12 @@ class Unparker:
         self._pending.update(key_ids)
         self.wake.set()
 
-    async def run_once(self) -> list[str]:
+    async def run_once(self) -> dict[str, int]:
+        """How many tasks went back to the claimable part, per queue."""
         keys, self._pending = self._pending, set()
-        queues = await unpark(self.db, keys) if keys else []
+        queues = await unpark(self.db, keys) if keys else {}
         if time.monotonic() - self._swept_at >= self.sweep_s:
             self._swept_at = time.monotonic()
-            queues += await unpark(self.db)
+            for q, n in (await unpark(self.db)).items():
+                queues[q] = queues.get(q, 0) + n
         return queues
