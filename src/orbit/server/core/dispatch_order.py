@@ -28,7 +28,10 @@ def effective_priority(priority: int, available_at: datetime, now: datetime) -> 
 
 def in_dispatch_order(rows: Sequence[Any], now: datetime) -> list[Any]:
     """Rows (with `priority`, `available_at`, `id`) sorted as claims take them: effective
-    priority first, then the earlier due time, then the earlier acceptance (ids grow with it)."""
+    priority first, then the earlier due time, then the earlier acceptance (ids grow with it).
+    Within one base priority that is due-time order (aging only ever raises an older task)."""
+    if len({r["priority"] for r in rows}) <= 1:
+        return sorted(rows, key=lambda r: (r["available_at"], r["id"]))
     return sorted(rows, key=lambda r: (-effective_priority(int(r["priority"]), r["available_at"], now),
                                        r["available_at"], r["id"]))
 
@@ -53,6 +56,8 @@ def choose(candidate_keys: Sequence[Sequence[str]], room: int, keys: dict[str, K
     candidate whose every key has a free permit is taken (and holds one of each); one with a
     saturated key is parked on the first such key (in key order), so that the tasks behind it
     are still served and later claims no longer read it."""
+    if not any(candidate_keys):
+        return Choice(list(range(min(room, len(candidate_keys)))), {})
     in_use = {k: r.in_use for k, r in keys.items()}
     taken: list[int] = []
     parked: dict[int, str] = {}

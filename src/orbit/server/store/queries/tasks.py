@@ -126,16 +126,22 @@ def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datet
     the database clock; with `skip_locked`, rows another claim holds are passed over."""
     due_by = "?" if now is not None else "{NOW}"
     lock = "{SKIP_LOCKED}" if skip_locked else ""
-    level = (f"SELECT {_CLAIM_COLS} FROM tasks WHERE queue_id = ? AND state = 'WAITING' AND parked_on IS NULL "
-             f"AND priority = ? AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
+    # The dispatch index, named: `parked_on IS NULL AND priority = ?` also fits ix_tasks_parked,
+    # which would walk every claimable task of every queue.
+    level = (f"SELECT {_CLAIM_COLS} FROM tasks {{DISPATCH_INDEX}} WHERE queue_id = ? AND state = 'WAITING' "
+             f"AND parked_on IS NULL AND priority = ? AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
     ps = [p for p in range(9, -1, -1) if levels >> p & 1] or [0]
     params: list[Any] = []
     for p in ps:
         params += (queue_id, p, now, limit) if now is not None else (queue_id, p, limit)
+    mysql, sqlite = (level.replace("{DISPATCH_INDEX}", hint) for hint in (_FORCE_DISPATCH, _INDEXED_DISPATCH))
     if len(ps) == 1:
-        return Stmt(level + lock, params)
-    return Stmt(" UNION ALL ".join(f"({level}{lock})" for _ in ps), params,
-                sqlite=" UNION ALL ".join(f"SELECT * FROM ({level})" for _ in ps))
+        return Stmt(mysql + lock, params, sqlite=sqlite)
+    return Stmt(" UNION ALL ".join(f"({mysql}{lock})" for _ in ps), params,
+                sqlite=" UNION ALL ".join(f"SELECT * FROM ({sqlite})" for _ in ps))
+
+
+_FORCE_DISPATCH, _INDEXED_DISPATCH = "FORCE INDEX (ix_tasks_dispatch)", "INDEXED BY ix_tasks_dispatch"
 
 
 def park(task_ids: list[str], resource_key_id: str) -> Stmt:
