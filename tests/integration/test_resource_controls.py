@@ -246,3 +246,22 @@ async def test_the_views_are_scoped_like_their_resources(tenant):
     assert_error(await tenant.get(f"/v1/tasks/{tid}/blockers", token=other), 404, "NOT_FOUND")
     nobody = await tenant.credential(["queues:manage"])
     assert_error(await tenant.get(f"/v1/tasks/{tid}/blockers", token=nobody), 403, "PERMISSION_DENIED")
+
+
+async def test_raising_a_keys_limit_brings_parked_tasks_back_and_lowering_revokes_nothing(tenant, base, db):  # noqa: F811
+    q = await tenant.create_queue(max_concurrency=10)
+    k = await create_key(tenant, 1)
+    keyed = await submit(tenant, q["id"], 3, resource_keys=[k["name"]])
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        assert len((await w.call("claim", queue_id=q["id"], max_tasks=5))["tasks"]) == 1
+        assert len(await rows(db, "SELECT id FROM tasks WHERE parked_on = ?", k["id"])) == 2
+        ok(await tenant.post(f"/v1/resource-keys/{k['id']}:configure",
+                             {"expected_revision": "1", "reason": "more room", "max_concurrency": 3}))
+        more = (await w.call("claim", queue_id=q["id"], max_tasks=5, wait_ms=3000))["tasks"]
+        if len(more) < 2:
+            more += (await w.call("claim", queue_id=q["id"], max_tasks=5, wait_ms=3000))["tasks"]
+        assert sorted(t["task_id"] for t in more) == sorted(keyed[1:])
+        ok(await tenant.post(f"/v1/resource-keys/{k['id']}:configure",
+                             {"expected_revision": "2", "reason": "less room", "max_concurrency": 1}))
+        assert ok(await tenant.get(f"/v1/resource-keys/{k['id']}"))["in_use"] == "3"  # nothing revoked

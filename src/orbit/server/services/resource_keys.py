@@ -106,6 +106,8 @@ async def configure_resource_key(db: Database, w: WriteRequest, resource_key_id:
         changes = {**{c: getattr(req, c) for c in CONTROLS}, "revision": int(row["revision"]) + 1,
                    "updated_at": await tx.now()}
         await tx.defer(key_q.configure(resource_key_id, changes))
+        if req.max_concurrency > int(row["max_concurrency"]):
+            tx.keys_freed.add(resource_key_id)  # new permits: tasks parked on the key come back at once
         after = resource_key_json({**row, **changes}, in_use)
         await write_audit(tx, w.actor, namespace_id=row["namespace_id"], action="resource_key.configure",
                           resource_type="resource_key", resource_id=resource_key_id, reason=req.reason,
