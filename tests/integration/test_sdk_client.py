@@ -347,8 +347,11 @@ async def needs_review(client: AsyncClient, base: str, token: str, n: int) -> li
 async def test_review_and_attempts(client, tenant, app):
     async with serve(app) as base:
         a, b, c = await needs_review(client, base, tenant.token, 3)
-        assert await dispatch.recover_expired_leases(tenant.db) == 3
-        assert (await client.get_task(a)).state == "NEEDS_REVIEW"
+        for _ in range(20):  # recovery spans the shared test database, in batches
+            if await dispatch.recover_expired_leases(tenant.db) == 0:
+                break
+        for t in (a, b, c):
+            assert (await client.get_task(t)).state == "NEEDS_REVIEW"
 
         attempts = [x async for x in client.list_attempts(a)]
         assert len(attempts) == 1 and attempts[0].number == 1 and attempts[0].outcome == "LEASE_LOST"
