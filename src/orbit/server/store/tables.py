@@ -250,6 +250,51 @@ queue_nodes = Table(
     PrimaryKeyConstraint("queue_id", "worker_node_id"),
 )
 
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("namespace_id", Id, nullable=False),
+    Column("application_id", Id, nullable=False),
+    Column("queue_id", Id, nullable=False),
+    Column("name", Name, nullable=False),
+    Column("paused", Bool, nullable=False),
+    Column("cron", Short, nullable=True),
+    Column("interval_seconds", U32, nullable=True),
+    Column("timezone", Short, nullable=False),
+    Column("start_at", Ts, nullable=True),
+    Column("end_at", Ts, nullable=True),
+    Column("misfire_policy", Short, nullable=False),
+    Column("catch_up_window_seconds", U32, nullable=False),
+    Column("overlap", Short, nullable=False),
+    Column("task", JsonText, nullable=False),
+    Column("anchor_at", Ts, nullable=False),
+    Column("next_trigger_at", Ts, nullable=True),
+    Column("due_at", Ts, nullable=True),
+    Column("last_trigger_at", Ts, nullable=True),
+    Column("last_task_id", Id, nullable=True),
+    Column("revision", U64, nullable=False),
+    Column("retired_at", Ts, nullable=True),
+    Column("created_at", Ts, nullable=False),
+    Column("updated_at", Ts, nullable=False),
+    UniqueConstraint("namespace_id", "name", name="uq_schedules_namespace_name"),
+    Index("ix_schedules_namespace_id", "namespace_id", "id"),
+    Index("ix_schedules_queue_id", "queue_id", "id"),
+    Index("ix_schedules_due_at", "due_at"),
+)
+
+schedule_runs = Table(
+    "schedule_runs",
+    metadata,
+    Column("schedule_id", Id, nullable=False),
+    Column("trigger_at", Ts, nullable=False),
+    Column("outcome", Short, nullable=False),
+    Column("task_id", Id, nullable=True),
+    Column("reason", Short, nullable=True),
+    Column("created_at", Ts, nullable=False),
+    PrimaryKeyConstraint("schedule_id", "trigger_at"),
+)
+
 worker_claims = Table(
     "worker_claims",
     metadata,
