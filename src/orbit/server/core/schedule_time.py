@@ -30,8 +30,10 @@ CATCH_UP, LATEST = "catch_up", "latest"
 ALLOW = "allow"
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-]+$")
-_MONTHS = frozenset("jan feb mar apr may jun jul aug sep oct nov dec".split())
-_DAYS = frozenset("sun mon tue wed thu fri sat".split())
+_MONTH_ORDER = "jan feb mar apr may jun jul aug sep oct nov dec".split()
+_DAY_ORDER = "sun mon tue wed thu fri sat".split()
+_MONTHS = frozenset(_MONTH_ORDER)
+_DAYS = frozenset(_DAY_ORDER)
 
 
 class Timing(NamedTuple):
@@ -57,19 +59,36 @@ def cron_error(expr: str) -> str | None:
         for word in re.findall(r"[A-Za-z]+", f):
             if word.lower() not in names:
                 return f"cron: {word!r} is not a {'month' if i == 3 else 'day' if i == 4 else 'number'} in field {i + 1}"
+        for low, high in re.findall(r"([0-9A-Za-z]+)-([0-9A-Za-z]+)", f):
+            top = 7 if names is _DAYS and high.lower() == "sun" else _rank(high, names)  # sat-sun: 6-7
+            if _rank(low, names) > top:
+                return f"cron: the range {low}-{high} in field {i + 1} runs backwards"
     if not croniter.is_valid(" ".join(fields)):
         return f"cron: {expr!r} is not a valid expression"
     return None
 
 
+_NOT_ZONES = ("localtime", "posixrules", "Factory")  # host links and placeholders, not IANA zones
+
+
 def timezone_error(name: str) -> str | None:
     if name in ("UTC", "Etc/UTC"):
         return None
+    if name in _NOT_ZONES or name.startswith(("posix/", "right/")):
+        return f"timezone: {name!r} is not an IANA time zone"
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         return f"timezone: {name!r} is not an IANA time zone"
     return None if name in _zones() else f"timezone: {name!r} is not an IANA time zone"
+
+
+def _rank(token: str, names: frozenset[str]) -> int:
+    """A range bound's position: a number, or a name's place in its field (jan=1, sun=0)."""
+    if token.isdigit():
+        return int(token)
+    order = _MONTH_ORDER if names is _MONTHS else _DAY_ORDER
+    return order.index(token.lower()) + (1 if names is _MONTHS else 0)
 
 
 _ZONES: set[str] | None = None
@@ -95,8 +114,9 @@ def _next_cron(expr: str, zone_name: str, after: datetime) -> datetime:
     """The first cron point strictly after `after` (naive UTC)."""
     zone = ZoneInfo(zone_name)
     wall_after = after.replace(tzinfo=timezone.utc).astimezone(zone).replace(tzinfo=None)
-    # Start an hour of wall time early: in a repeated hour `after` may be the second pass.
-    it = croniter(expr, wall_after - timedelta(hours=1, minutes=1))
+    # From `after`'s wall time: a point fires at its first occurrence, so no point after
+    # `after` has an earlier wall time (in a repeated hour, the second pass is passed over below).
+    it = croniter(expr, wall_after)
     while True:
         wall = it.get_next(datetime)
         utc = _utc_of_wall(wall, zone)
@@ -106,7 +126,8 @@ def _next_cron(expr: str, zone_name: str, after: datetime) -> datetime:
 
 def next_point(t: Timing, after: datetime) -> datetime | None:
     """The first trigger point strictly after `after` (naive UTC) within the schedule's bounds,
-    or None when there is none before `end_at`."""
+    or None when there is none before `end_at`. A cron expression that never matches a real
+    date (`0 0 30 2 *`) raises ValueError (croniter's `CroniterBadDateError`)."""
     if t.start_at is not None and after < t.start_at:
         after = t.start_at - timedelta(microseconds=1)
     if t.interval_seconds is not None:
@@ -146,15 +167,16 @@ class Decision(NamedTuple):
 
 
 def decide(points: list[datetime], now: datetime, *, policy: str, window_s: int, overlap: str,
-           previous_unfinished: bool) -> list[Decision]:
+           previous_unfinished: bool, more_due: bool = False) -> list[Decision]:
     """What becomes of each due point, in order. A point later than `ON_TIME_S` is missed:
     `catch_up` generates every missed point still inside the window and skips older ones;
     `latest` generates only the most recent point inside the window (or an on-time one) and
     skips the others. With overlap `skip`, a point is skipped while the schedule's previous
-    task is unfinished — a task generated earlier in the same batch counts."""
+    task is unfinished — a task generated earlier in the same batch counts. `more_due`: the
+    batch stopped at its limit with later points due, so under `latest` none of it runs."""
     horizon = now - timedelta(seconds=max(window_s, ON_TIME_S))
     inside = [p for p in points if p >= horizon]
-    keep = set(inside) if policy == CATCH_UP else set(inside[-1:])
+    keep = set(inside) if policy == CATCH_UP else set() if more_due else set(inside[-1:])
     out: list[Decision] = []
     busy = previous_unfinished
     for p in points:

@@ -21,7 +21,15 @@ import orjson
 from ..core import states
 from ..core.deadlines import next_sweep
 from ..core.ids import new_id
-from ..core.schedule_time import SUBMIT, Timing, decide, due_points, next_point, relative_deadline
+from ..core.schedule_time import (
+    MAX_POINTS_PER_BATCH,
+    SUBMIT,
+    Timing,
+    decide,
+    due_points,
+    next_point,
+    relative_deadline,
+)
 from ..core.timefmt import format_ts
 from ..errors import DomainError
 from ..store.db import Database
@@ -154,8 +162,10 @@ def _advance(s: dict[str, Any], now: datetime, room: _Room, previous: dict[str, 
     timing = timing_of(s)
     points = due_points(timing, s["next_trigger_at"], now)
     unfinished = s["overlap"] != "allow" and previous.get(s["last_task_id"] or "") in UNFINISHED
+    later = next_point(timing, points[-1]) if len(points) == MAX_POINTS_PER_BATCH else None
     decisions = decide(points, now, policy=s["misfire_policy"], window_s=int(s["catch_up_window_seconds"]),
-                       overlap=s["overlap"], previous_unfinished=unfinished)
+                       overlap=s["overlap"], previous_unfinished=unfinished,
+                       more_due=later is not None and later <= now)
     handled = 0
     for d in decisions:
         if d.action == SUBMIT:
