@@ -41,6 +41,7 @@ TIMEOUTS = {
     "many-queues": (300, 2400),
     "limits": (240, 600),
     "controls": (360, 1800),
+    "schedules": (300, 1200),
 }
 
 
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         ("many-queues", suite.many_queues, TIMEOUTS["many-queues"][idx]),
         ("limits", suite.limits, TIMEOUTS["limits"][idx]),
         ("controls", suite.controls, TIMEOUTS["controls"][idx]),
+        ("schedules", suite.schedules, TIMEOUTS["schedules"][idx]),
     ]
     interrupted = False
     try:

@@ -84,6 +84,12 @@ class Sizes:
     controls_claim_max_tasks: int
     controls_handler_ms: float
     controls_drain_timeout: float
+    # schedules: N interval schedules firing every second on 2 nodes, no workers (schedules.md)
+    schedules: int
+    schedules_queues: int  # the schedules spread over these, so that no queue's backlog nears its limit
+    schedules_create_concurrency: int  # concurrent POST /v1/schedules, over both nodes
+    schedules_warmup_seconds: float
+    schedules_window_seconds: float
 
 
 QUICK = Sizes(
@@ -95,6 +101,8 @@ QUICK = Sizes(
     controls_tasks=5000, controls_queues=3, controls_keys=1000, controls_key_concurrency=3, controls_hot_keys=10,
     controls_hot_share=0.3, controls_concurrency=120, controls_rate=100_000, controls_claim_max_tasks=8,
     controls_handler_ms=0, controls_drain_timeout=200,
+    schedules=1000, schedules_queues=10, schedules_create_concurrency=8, schedules_warmup_seconds=5,
+    schedules_window_seconds=10,
 )
 FULL = Sizes(
     single_submits=10_000, single_concurrency=32, batches=200, batch_size=500, batch_concurrency=4,
@@ -105,6 +113,8 @@ FULL = Sizes(
     controls_tasks=50_000, controls_queues=3, controls_keys=1000, controls_key_concurrency=3, controls_hot_keys=10,
     controls_hot_share=0.3, controls_concurrency=120, controls_rate=100_000, controls_claim_max_tasks=8,
     controls_handler_ms=0, controls_drain_timeout=1500,
+    schedules=10_000, schedules_queues=10, schedules_create_concurrency=8, schedules_warmup_seconds=10,
+    schedules_window_seconds=30,
 )
 
 def override(sizes: Sizes, items: list[str]) -> Sizes:
@@ -130,7 +140,8 @@ def override(sizes: Sizes, items: list[str]) -> Sizes:
 
 
 # Run order; `latency` runs inside the drain scenario (it needs the measured drain rate and running workers).
-SCENARIOS = ["db-ceiling", "submit", "drain", "latency", "backlog", "many-queues", "limits", "controls"]
+SCENARIOS = ["db-ceiling", "submit", "drain", "latency", "backlog", "many-queues", "limits", "controls",
+             "schedules"]
 
 
 @dataclass
@@ -1006,3 +1017,199 @@ async def controls(ctx: Context) -> None:
         finally:
             _proc.stop_many(procs, grace=5)
             db.close()
+
+
+# ------------------------------------------------------------------ schedules
+
+
+def _log_offsets(paths: list[Path]) -> list[int]:
+    return [p.stat().st_size if p.exists() else 0 for p in paths]
+
+
+def _log_lines_since(paths: list[Path], offsets: list[int]) -> list[str]:
+    """What the server logs gained since `offsets` (they are appended to by every scenario)."""
+    lines: list[str] = []
+    for p, off in zip(paths, offsets):
+        if p.exists():
+            with p.open("rb") as f:
+                f.seek(off)
+                lines += [x for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+    return lines
+
+
+async def _lock_counters(db: Conn) -> dict[str, int]:
+    """MariaDB's server-wide row-lock and deadlock counters (other databases on it count too)."""
+    rows = await db.fetch("SHOW GLOBAL STATUS WHERE Variable_name IN "
+                          "('Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')")
+    return {str(k).lower(): int(v) for k, v in rows}
+
+
+async def schedules(ctx: Context) -> None:
+    """N interval schedules (every second; misfire catch_up within 60 s) over a few queues, generated
+    by the scheduler loops of 2 nodes. No workers: the tasks pile up as WAITING, so what the
+    servers and MariaDB spend is the scheduler's (plus the nodes' idle loops, measured first).
+    Over a window after a warm-up: points handled and tasks generated per second, the lag from a
+    trigger point to its task's created_at, CPU per point; then, with the nodes stopped, the run
+    records checked against the schedules, the tasks and the usage counters (schedules.md)."""
+    s = ctx.sizes
+    n, nq = s.schedules, s.schedules_queues
+    cores = os.cpu_count() or 1
+    logs = [ctx.log_dir / f"server-{i}.log" for i in range(2)]
+    offsets = _log_offsets(logs)
+    url = create_mysql_database("orbit_bench_sched")
+    db = Conn(url)
+    try:
+        with environment(url, 2, ctx.log_dir) as (urls, creds):
+            token = creds["token"]
+            servers = [pid_of("-f", f"server.*--port {u.rsplit(':', 1)[1]}") for u in urls]
+            mariadb = pid_of("-x", "mariadbd")
+
+            def cpu() -> tuple[float, float, float]:
+                return (sum(cpu_seconds(p) for p in servers if p), cpu_seconds(mariadb) if mariadb else 0.0,
+                        time.perf_counter())
+
+            # The nodes' own loops with nothing to do: the floor under the scheduler's figures.
+            a = cpu()
+            await asyncio.sleep(3)
+            b = cpu()
+            idle_server_pct = 100 * (b[0] - a[0]) / (b[2] - a[2]) / cores
+
+            async with api(urls[0], token, 4, timeout=120) as client:
+                tag = uuid.uuid4().hex[:6]
+                qids = [await create_queue(client, f"sched-{tag}-{i}") for i in range(nq)]
+                pools = [RawPool(u, client.headers["Authorization"]) for u in urls]
+                sem = asyncio.Semaphore(s.schedules_create_concurrency)
+
+                async def make(i: int) -> None:
+                    body = {"name": f"sch-{tag}-{i}", "queue_id": qids[i % nq], "interval_seconds": 1,
+                            "misfire": {"policy": "catch_up", "catch_up_window_seconds": 60},
+                            "task": {"payload": {"n": 1}}}
+                    async with sem:
+                        status, raw = await pools[i % len(pools)].post(
+                            "/v1/schedules", body, {"Idempotency-Key": f"sch-{tag}-{i}"})
+                    if status != 201:
+                        raise RuntimeError(f"POST /v1/schedules {body} answered {status}: {raw[:300]!r}")
+
+                try:
+                    t0 = time.perf_counter()
+                    await asyncio.gather(*(make(i) for i in range(n)))
+                    create_s = time.perf_counter() - t0
+                finally:
+                    for pool in pools:
+                        await pool.close()
+
+            await asyncio.sleep(s.schedules_warmup_seconds)
+            # The window, on the database clock (the scheduler stamps created_at with it, in UTC).
+            locks0 = await _lock_counters(db)
+            (w0,), = await db.fetch("SELECT UTC_TIMESTAMP(6)")
+            c0 = cpu()
+            await asyncio.sleep(s.schedules_window_seconds)
+            c1 = cpu()
+            (w1,), = await db.fetch("SELECT UTC_TIMESTAMP(6)")
+            locks1 = await _lock_counters(db)
+            # Schedules whose cursor is more than a second behind the clock, and the oldest cursor.
+            (behind, oldest_s), = await db.fetch(
+                "SELECT COUNT(*), COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, due_at, UTC_TIMESTAMP(6))), 0) / 1e6 "
+                "FROM schedules WHERE due_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND")
+            alive = all(p is None or Path(f"/proc/{p}").exists() for p in servers)
+        # The nodes are stopped: what follows reads a still database.
+
+        window_s = (w1 - w0).total_seconds()
+        # A batch stamps its records with its transaction's clock: distinct created_at ~ batches.
+        (points, skipped_w, batches), = await db.fetch(
+            "SELECT COUNT(*), COALESCE(SUM(outcome = 'SKIPPED'), 0), COUNT(DISTINCT created_at) FROM schedule_runs "
+            "WHERE created_at >= %s AND created_at < %s", (w0, w1))
+        lags = [r[0] / 1000 for r in await db.fetch(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, trigger_at, created_at) FROM tasks "
+            "WHERE schedule_id IS NOT NULL AND created_at >= %s AND created_at < %s", (w0, w1))]
+        points, skipped_w = int(points), int(skipped_w)
+        server_cpu, mariadb_cpu, wall = c1[0] - c0[0], c1[1] - c0[1], c1[2] - c0[2]
+
+        # ---- invariants, from what the database stored
+        problems: list[str] = []
+        (runs_total, submitted_total, skipped_total), = await db.fetch(
+            "SELECT COUNT(*), COALESCE(SUM(outcome = 'SUBMITTED'), 0), COALESCE(SUM(outcome = 'SKIPPED'), 0) "
+            "FROM schedule_runs")
+        reasons = dict(await db.fetch("SELECT COALESCE(reason, '-'), COUNT(*) FROM schedule_runs "
+                                      "WHERE outcome = 'SKIPPED' GROUP BY reason"))
+        (with_runs, dups, gaps), = await db.fetch(
+            "SELECT COUNT(*), COALESCE(SUM(k <> d), 0), COALESCE(SUM(span_us <> (k - 1) * 1000000), 0) FROM ("
+            " SELECT schedule_id, COUNT(*) k, COUNT(DISTINCT trigger_at) d,"
+            " TIMESTAMPDIFF(MICROSECOND, MIN(trigger_at), MAX(trigger_at)) span_us"
+            " FROM schedule_runs GROUP BY schedule_id) x")
+        if int(dups):
+            problems.append(f"{int(dups)} schedules with a trigger point recorded twice")
+        if int(gaps):
+            problems.append(f"{int(gaps)} schedules whose points are not consecutive 1-second steps")
+        if int(with_runs) != n:
+            problems.append(f"{n - int(with_runs)} of {n:,} schedules have no run record")
+        # The first point is one interval after creation (anchor_at); the cursor is one past the last point.
+        (bad_first, bad_cursor), = await db.fetch(
+            "SELECT COALESCE(SUM(r.f <> s.anchor_at + INTERVAL 1 SECOND), 0),"
+            " COALESCE(SUM(s.last_trigger_at <> r.m OR s.next_trigger_at <> r.m + INTERVAL 1 SECOND), 0)"
+            " FROM schedules s JOIN (SELECT schedule_id, MIN(trigger_at) f, MAX(trigger_at) m FROM schedule_runs"
+            " GROUP BY schedule_id) r ON r.schedule_id = s.id")
+        if int(bad_first):
+            problems.append(f"{int(bad_first)} schedules whose first point is not anchor_at + 1 s")
+        if int(bad_cursor):
+            problems.append(f"{int(bad_cursor)} schedules whose cursor is not one step past their last run record")
+        (orphan_runs,), = await db.fetch(
+            "SELECT COUNT(*) FROM schedule_runs r LEFT JOIN tasks t ON t.id = r.task_id WHERE r.outcome = 'SUBMITTED'"
+            " AND (t.id IS NULL OR t.schedule_id <> r.schedule_id OR t.trigger_at <> r.trigger_at)")
+        if int(orphan_runs):
+            problems.append(f"{int(orphan_runs)} SUBMITTED run records without their task")
+        (tasks_total, orphan_tasks), = await db.fetch(
+            "SELECT COUNT(*), COALESCE(SUM(r.schedule_id IS NULL OR r.task_id <> t.id), 0) FROM tasks t"
+            " LEFT JOIN schedule_runs r ON r.schedule_id = t.schedule_id AND r.trigger_at = t.trigger_at"
+            " WHERE t.schedule_id IS NOT NULL")
+        if int(orphan_tasks):
+            problems.append(f"{int(orphan_tasks)} generated tasks without their SUBMITTED run record")
+        if int(tasks_total) != int(submitted_total):
+            problems.append(f"{int(tasks_total):,} generated tasks for {int(submitted_total):,} SUBMITTED records")
+        marks = ", ".join(["%s"] * nq)
+        (unfinished,), = await db.fetch(
+            f"SELECT COALESCE(SUM(unfinished), 0) FROM queue_usage WHERE queue_id IN ({marks})", qids)
+        (waiting,), = await db.fetch(
+            f"SELECT COUNT(*) FROM tasks WHERE queue_id IN ({marks}) AND state = 'WAITING'", qids)
+        if int(unfinished) != int(waiting) or int(waiting) != int(tasks_total):
+            problems.append(f"queue_usage.unfinished {int(unfinished):,}, WAITING tasks {int(waiting):,}, "
+                            f"generated tasks {int(tasks_total):,} (expected all equal)")
+        log = _log_lines_since(logs, offsets)
+        flagged = [x for x in log if any(w in x for w in ("Traceback", "ERROR", "Error", "WARNING", "deadlock"))]
+
+        expected = n  # points/s when every schedule fires every second
+        keeping_up = points >= 0.95 * expected * window_s and not skipped_w and int(behind) == 0
+        notes = [f"no workers: tasks pile up WAITING, the cost is the scheduler's; {cores} cores shared"]
+        if not keeping_up:
+            notes.append(f"FALLING BEHIND: {int(behind):,} schedules' cursors > 1 s late at the window's end, "
+                         f"oldest {float(oldest_s):.1f} s")
+        if not alive:
+            notes.append("a server process exited during the window")
+        if flagged:
+            notes.append(f"{len(flagged)} server log lines flagged, first: {flagged[0][:200]}")
+        ctx.add("schedules", "orbit", f"{n:,} x 1 s, 2 nodes, {nq} queues",
+                points_per_s=r1(points / window_s), tasks_per_s=r1(len(lags) / window_s), expected_per_s=expected,
+                skipped=skipped_w, batches_per_s=r1(int(batches) / window_s),
+                points_per_batch=r1(points / int(batches)) if int(batches) else None,
+                lag_p50_ms=r1(percentile(lags, 50)), lag_p99_ms=r1(percentile(lags, 99)),
+                lag_max_ms=r1(max(lags, default=float("nan"))),
+                server_cpu_us_per_point=round(server_cpu / points * 1e6) if points and any(servers) else None,
+                mariadb_cpu_us_per_point=round(mariadb_cpu / points * 1e6) if points and mariadb else None,
+                server_cpu_pct=r1(100 * server_cpu / wall / cores),
+                mariadb_cpu_pct=r1(100 * mariadb_cpu / wall / cores),
+                idle_server_cpu_pct=r1(idle_server_pct), behind_at_end=int(behind),
+                row_lock_waits=locks1["innodb_row_lock_waits"] - locks0["innodb_row_lock_waits"],
+                row_lock_ms=locks1["innodb_row_lock_time"] - locks0["innodb_row_lock_time"],
+                deadlocks=locks1["innodb_deadlocks"] - locks0["innodb_deadlocks"],
+                creates_per_s=r1(n / create_s), window_s=r2(window_s),
+                status="ok" if keeping_up and alive else "partial", note="; ".join(notes))
+        ctx.add("schedules", "orbit", "invariants (stored history)", schedules=int(with_runs),
+                run_records=int(runs_total), submitted=int(submitted_total), skipped=int(skipped_total),
+                skip_reasons=", ".join(f"{k} {v}" for k, v in reasons.items()) or "-", tasks=int(tasks_total),
+                status="ok" if not problems else "error",
+                note="per schedule: consecutive 1-s points from anchor_at + 1 s, none twice, cursor one past the "
+                     "last, every SUBMITTED record has its task and every task its record, usage = WAITING"
+                     if not problems else "; ".join(problems))
+    finally:
+        db.close()
+        drop_mysql_database(url)
