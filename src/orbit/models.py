@@ -60,6 +60,16 @@ __all__ = [
     "ResourceKey",
     "ResourceKeyPage",
     "RetireResourceKeyRequest",
+    "ConfigureScheduleRequest",
+    "CreateScheduleRequest",
+    "CreateScheduleResult",
+    "MisfirePolicy",
+    "RetireScheduleRequest",
+    "Schedule",
+    "SchedulePage",
+    "ScheduleRun",
+    "ScheduleRunPage",
+    "TaskTemplate",
 ]
 
 
@@ -506,3 +516,133 @@ class TaskBlockers(BaseModel):
     state: str
     at: datetime | None = None
     blockers: list[Blocker] = []
+
+
+# ---------------------------------------------------------------- schedules
+
+
+class MisfirePolicy(StrictRequest):
+    """What becomes of trigger points the scheduler reaches late (schedules.md)."""
+
+    policy: Literal["catch_up", "latest"] = Field(
+        default="catch_up", description="catch_up: every missed point inside the window; latest: the most recent one"
+    )
+    catch_up_window_seconds: int = Field(default=60, ge=0, le=604_800,
+                                         description="missed points older than this are recorded SKIPPED")
+
+
+class TaskTemplate(StrictRequest):
+    """The tasks a schedule generates: the submit fields of tasks.md, with deadlines counted from
+    the trigger point."""
+
+    payload: JsonValue
+    priority: int = Field(default=5, ge=0, le=9, description="0-9, higher first")
+    max_attempts: int = Field(default=3, ge=1, le=100, description="the attempt budget")
+    retry: RetryPolicy | None = Field(default=None, description="backoff policy; omitted: the defaults")
+    on_lease_lost: Literal["review", "retry"] = "review"
+    resource_keys: list[ResourceKeyName] = Field(default_factory=list, max_length=4)
+    deadline_seconds: int | None = Field(default=None, ge=1, le=31_622_400,
+                                         description="total deadline, counted from the trigger point")
+    start_deadline_seconds: int | None = Field(default=None, ge=1, le=31_622_400,
+                                               description="start deadline, counted from the trigger point")
+
+
+class _ScheduleSettings(StrictRequest):
+    """What a configure replaces all at once (with `paused`): omitted fields take their defaults."""
+
+    cron: str | None = Field(default=None, max_length=64, pattern=r"^[ -~]*$",
+                             description="standard 5-field cron expression; exactly one of cron and interval_seconds")
+    interval_seconds: int | None = Field(default=None, ge=1, le=31_622_400, description="fixed interval")
+    timezone: str = Field(default="UTC", min_length=1, max_length=64, description="IANA zone cron is evaluated in")
+    start_at: Timestamp | None = Field(default=None, description="no trigger point before it")
+    end_at: Timestamp | None = Field(default=None, description="no trigger point after it; after start_at")
+    misfire: MisfirePolicy = Field(default_factory=MisfirePolicy)
+    overlap: Literal["allow", "skip"] = Field(
+        default="allow", description="skip: no new task while the schedule's previous one is unfinished"
+    )
+    task: TaskTemplate
+
+
+class CreateScheduleRequest(_ScheduleSettings):
+    """Body of `POST /v1/schedules`."""
+
+    name: QueueName = Field(description="unique in the namespace; the queue-name rules")
+    queue_id: str = Field(pattern=r"^[0-9a-f]{32}$", description="the queue the generated tasks go to")
+    paused: bool = False
+
+
+class ConfigureScheduleRequest(_ScheduleSettings):
+    """Body of `POST /v1/schedules/{schedule_id}:configure`: replaces every field but the name and
+    the queue at once."""
+
+    expected_revision: Revision
+    reason: Reason = Field(description="not blank, at most 1024 characters; written to the audit record")
+    paused: bool
+
+
+class RetireScheduleRequest(StrictRequest):
+    """Body of `POST /v1/schedules/{schedule_id}:retire`."""
+
+    expected_revision: Revision
+    reason: Reason
+
+
+class Schedule(BaseModel):
+    """A schedule with its cursor (`next_trigger_at`: the next trigger point it handles)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    namespace_id: str
+    queue_id: str
+    name: str
+    paused: bool
+    cron: str | None = None
+    interval_seconds: int | None = None
+    timezone: str
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    misfire: MisfirePolicy
+    overlap: str
+    task: TaskTemplate
+    next_trigger_at: datetime | None = None
+    last_trigger_at: datetime | None = None
+    revision: U64
+    retired_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class CreateScheduleResult(BaseModel):
+    """Answer of create, configure and retire: the snapshot as of that operation."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    deduplicated: bool
+    schedule: Schedule
+
+
+class SchedulePage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[Schedule]
+    next_cursor: str | None = None
+
+
+class ScheduleRun(BaseModel):
+    """One trigger point a schedule handled: the task it submitted, or why it skipped the point."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    trigger_at: datetime
+    outcome: str
+    task_id: str | None = None
+    reason: str | None = None
+    created_at: datetime
+
+
+class ScheduleRunPage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[ScheduleRun]
+    next_cursor: str | None = None

@@ -39,10 +39,13 @@ from ..models import (
     ConfigureApplicationResult,
     ConfigureQueueRequest,
     ConfigureResourceKeyRequest,
+    ConfigureScheduleRequest,
     CreateQueueRequest,
     CreateQueueResult,
     CreateResourceKeyRequest,
     CreateResourceKeyResult,
+    CreateScheduleRequest,
+    CreateScheduleResult,
     Queue,
     QueuePage,
     QueueUsage,
@@ -50,7 +53,12 @@ from ..models import (
     ResourceKeyPage,
     RetireQueueRequest,
     RetireResourceKeyRequest,
+    RetireScheduleRequest,
     ReviewTaskRequest,
+    Schedule,
+    SchedulePage,
+    ScheduleRun,
+    ScheduleRunPage,
     SubmitTaskItem,
     SubmitTaskRequest,
     SubmitTaskResult,
@@ -309,6 +317,49 @@ class _Builder:
         path = f"/v1/resource-keys/{_segment(resource_key_id, 'resource_key_id')}:retire"
         body = _body(RetireResourceKeyRequest(expected_revision=_revision(expected_revision), reason=reason))
         return _post(path, key, body, _as(CreateResourceKeyResult))
+
+    @staticmethod
+    def create_schedule(key: str, request: CreateScheduleRequest | Mapping[str, Any]) -> _Call[CreateScheduleResult]:
+        body = _body(_model(CreateScheduleRequest, request, "request"))
+        return _post("/v1/schedules", key, body, _as(CreateScheduleResult))
+
+    @staticmethod
+    def get_schedule(schedule_id: str) -> _Call[Schedule]:
+        return _get(f"/v1/schedules/{_segment(schedule_id, 'schedule_id')}", _as(Schedule))
+
+    @staticmethod
+    def list_schedules_page(
+        queue_id: str | None, name: str | None, include_retired: bool, page_size: int, cursor: str | None
+    ) -> _Call[SchedulePage]:
+        params = _paging(page_size, cursor)
+        if queue_id is not None:
+            params.append(("queue_id", queue_id))
+        if name is not None:
+            params.append(("name", name))
+        if include_retired:
+            params.append(("include_retired", "true"))
+        return _get("/v1/schedules", _as(SchedulePage), params)
+
+    @staticmethod
+    def configure_schedule(
+        schedule_id: str, key: str, request: ConfigureScheduleRequest | Mapping[str, Any]
+    ) -> _Call[CreateScheduleResult]:
+        path = f"/v1/schedules/{_segment(schedule_id, 'schedule_id')}:configure"
+        body = _body(_model(ConfigureScheduleRequest, request, "request"))
+        return _post(path, key, body, _as(CreateScheduleResult))
+
+    @staticmethod
+    def retire_schedule(
+        schedule_id: str, key: str, expected_revision: int | str, reason: str
+    ) -> _Call[CreateScheduleResult]:
+        path = f"/v1/schedules/{_segment(schedule_id, 'schedule_id')}:retire"
+        body = _body(RetireScheduleRequest(expected_revision=_revision(expected_revision), reason=reason))
+        return _post(path, key, body, _as(CreateScheduleResult))
+
+    @staticmethod
+    def list_schedule_runs_page(schedule_id: str, page_size: int, cursor: str | None) -> _Call[ScheduleRunPage]:
+        path = f"/v1/schedules/{_segment(schedule_id, 'schedule_id')}/runs"
+        return _get(path, _as(ScheduleRunPage), _paging(page_size, cursor))
 
     @staticmethod
     def submit_task(queue_id: str, key: str, request: SubmitTaskRequest | Mapping[str, Any]) -> _Call[SubmitTaskResult]:
@@ -613,6 +664,57 @@ class Client(_ClientBase):
         """Retire a resource key for good (no permit in use, no unfinished task naming it); reads keep working."""
         return self._run(self._build.retire_resource_key(resource_key_id, key, expected_revision, reason))
 
+    # -- schedules
+
+    def create_schedule(self, key: str, request: CreateScheduleRequest | Mapping[str, Any]) -> CreateScheduleResult:
+        """Create a schedule (`POST /v1/schedules`) that generates tasks into its queue; resending the same key
+        and content returns the original receipt."""
+        return self._run(self._build.create_schedule(key, request))
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        """Read a schedule with its next trigger point (`next_trigger_at`)."""
+        return self._run(self._build.get_schedule(schedule_id))
+
+    def list_schedules(
+        self, queue_id: str | None = None, name: str | None = None, include_retired: bool = False,
+        page_size: int = 100,
+    ) -> Iterator[Schedule]:
+        """Iterate over the schedules of the namespace (or of one queue) in creation order, fetching pages lazily."""
+        first = self._build.list_schedules_page(queue_id, name, include_retired, page_size, None)  # fails now if bad
+        return self._iterate(
+            first, lambda c: self._build.list_schedules_page(queue_id, name, include_retired, page_size, c))
+
+    def list_schedules_page(
+        self, queue_id: str | None = None, name: str | None = None, include_retired: bool = False,
+        page_size: int = 100, cursor: str | None = None,
+    ) -> SchedulePage:
+        """One page of schedules; pass its `next_cursor` back as `cursor` for the next one."""
+        return self._run(self._build.list_schedules_page(queue_id, name, include_retired, page_size, cursor))
+
+    def configure_schedule(
+        self, schedule_id: str, key: str, request: ConfigureScheduleRequest | Mapping[str, Any]
+    ) -> CreateScheduleResult:
+        """Replace every field of a schedule but its name and queue at once, guarded by `expected_revision`
+        (omitted fields take their defaults)."""
+        return self._run(self._build.configure_schedule(schedule_id, key, request))
+
+    def retire_schedule(
+        self, schedule_id: str, key: str, expected_revision: int | str, reason: str
+    ) -> CreateScheduleResult:
+        """Retire a schedule for good: it generates no more tasks; reads keep working."""
+        return self._run(self._build.retire_schedule(schedule_id, key, expected_revision, reason))
+
+    def list_schedule_runs(self, schedule_id: str, page_size: int = 100) -> Iterator[ScheduleRun]:
+        """Iterate over the trigger points a schedule handled (submitted or skipped), oldest first."""
+        first = self._build.list_schedule_runs_page(schedule_id, page_size, None)
+        return self._iterate(first, lambda c: self._build.list_schedule_runs_page(schedule_id, page_size, c))
+
+    def list_schedule_runs_page(
+        self, schedule_id: str, page_size: int = 100, cursor: str | None = None
+    ) -> ScheduleRunPage:
+        """One page of a schedule's run records."""
+        return self._run(self._build.list_schedule_runs_page(schedule_id, page_size, cursor))
+
     # -- tasks
 
     def submit_task(self, queue_id: str, key: str, request: SubmitTaskRequest | Mapping[str, Any]) -> SubmitTaskResult:
@@ -819,6 +921,49 @@ class AsyncClient(_ClientBase):
         self, resource_key_id: str, key: str, expected_revision: int | str, reason: str
     ) -> CreateResourceKeyResult:
         return await self._run(self._build.retire_resource_key(resource_key_id, key, expected_revision, reason))
+
+    # -- schedules
+
+    async def create_schedule(
+        self, key: str, request: CreateScheduleRequest | Mapping[str, Any]
+    ) -> CreateScheduleResult:
+        return await self._run(self._build.create_schedule(key, request))
+
+    async def get_schedule(self, schedule_id: str) -> Schedule:
+        return await self._run(self._build.get_schedule(schedule_id))
+
+    def list_schedules(
+        self, queue_id: str | None = None, name: str | None = None, include_retired: bool = False,
+        page_size: int = 100,
+    ) -> AsyncIterator[Schedule]:
+        first = self._build.list_schedules_page(queue_id, name, include_retired, page_size, None)  # fails now if bad
+        return self._iterate(
+            first, lambda c: self._build.list_schedules_page(queue_id, name, include_retired, page_size, c))
+
+    async def list_schedules_page(
+        self, queue_id: str | None = None, name: str | None = None, include_retired: bool = False,
+        page_size: int = 100, cursor: str | None = None,
+    ) -> SchedulePage:
+        return await self._run(self._build.list_schedules_page(queue_id, name, include_retired, page_size, cursor))
+
+    async def configure_schedule(
+        self, schedule_id: str, key: str, request: ConfigureScheduleRequest | Mapping[str, Any]
+    ) -> CreateScheduleResult:
+        return await self._run(self._build.configure_schedule(schedule_id, key, request))
+
+    async def retire_schedule(
+        self, schedule_id: str, key: str, expected_revision: int | str, reason: str
+    ) -> CreateScheduleResult:
+        return await self._run(self._build.retire_schedule(schedule_id, key, expected_revision, reason))
+
+    def list_schedule_runs(self, schedule_id: str, page_size: int = 100) -> AsyncIterator[ScheduleRun]:
+        first = self._build.list_schedule_runs_page(schedule_id, page_size, None)
+        return self._iterate(first, lambda c: self._build.list_schedule_runs_page(schedule_id, page_size, c))
+
+    async def list_schedule_runs_page(
+        self, schedule_id: str, page_size: int = 100, cursor: str | None = None
+    ) -> ScheduleRunPage:
+        return await self._run(self._build.list_schedule_runs_page(schedule_id, page_size, cursor))
 
     # -- tasks
 

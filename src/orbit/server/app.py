@@ -21,7 +21,7 @@ from .config import Settings
 from .core.ids import new_id
 from .envelope import error_body
 from .errors import DomainError, invalid_argument
-from .http import applications, health, queues, resource_keys, tasks
+from .http import applications, health, queues, resource_keys, schedules, tasks
 from .http.common import error_response
 from .http.openapi import install_openapi
 from .loops import BackgroundLoops
@@ -206,6 +206,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.include_router(tasks.router)
     app.include_router(applications.router)
     app.include_router(resource_keys.router)
+    app.include_router(schedules.router)
     app.include_router(worker_route.router)
     install_openapi(app)
     app.add_middleware(SubmitFastPath, api=app)

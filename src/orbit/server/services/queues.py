@@ -168,8 +168,11 @@ async def retire_queue(db: Database, w: WriteRequest, queue_id: str, req: Retire
 
 
 async def retirement_blockers(tx: Tx, queue_id: str) -> list[dict[str, Any]]:
-    """Other resources that keep a queue from retiring (schedules arrive with their own issue)."""
-    return []
+    """Other resources that keep a queue from retiring: a non-retired schedule targeting it would
+    generate tasks into a retired queue."""
+    rows = await tx.rows(queue_q.live_schedules(queue_id, limit=1))
+    return [{"message": f"the schedule {r['name']!r} still targets the queue; retire it first",
+             "details": {"blocker": "schedule", "schedule_id": r["id"], "schedule_name": r["name"]}} for r in rows]
 
 
 async def get_queue(db: Database, principal: Principal, queue_id: str) -> dict[str, Any]:

@@ -76,6 +76,13 @@ def retire(queue_id: str, *, retired_at: Any, revision: int) -> Stmt:
                 (retired_at, retired_at, revision, queue_id))
 
 
+def live_schedules(queue_id: str, limit: int) -> Stmt:
+    """Up to `limit` non-retired schedules targeting the queue (they keep it from retiring). A
+    schedule created meanwhile share-locked the queue row, so the retire that locked it sees it."""
+    return Stmt("SELECT id, name FROM schedules WHERE queue_id = ? AND retired_at IS NULL ORDER BY id LIMIT ?",
+                (queue_id, limit))
+
+
 # ---------------------------------------------------------------- dispatch
 
 
