@@ -136,3 +136,23 @@ def test_worker_run_drains_on_sigterm(dev):
         else:
             assert t["attempts"] == 0
     assert token not in out + err
+
+
+SCHEDULES_LINES = [
+    re.compile(r"schedule=[0-9a-f]{32} every=2s catch_up_window=10s"),
+    re.compile(r"before_pause submitted=(?P<n>[2-4]) succeeded=(?P=n)"),
+    re.compile(r"paused 16s: handled_while_paused=0"),
+    re.compile(r"after_resume caught_up=(?P<k>[4-8]) skipped_misfire=(?P<m>[2-5])"),
+    re.compile(r"runs consecutive=true each_once=true retired=true"),
+]
+
+
+def test_schedules_example(dev):
+    _, env, token = dev
+    p = run_example("schedules.py", env)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    lines = p.stdout.splitlines()
+    assert len(lines) == 5, p.stdout
+    for line, pattern in zip(lines, SCHEDULES_LINES):
+        assert pattern.fullmatch(line), f"{line!r} does not match {pattern.pattern!r}"
+    assert token not in p.stdout + p.stderr

@@ -177,7 +177,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
             loops.every(60, "idempotency_prune", lambda: idempotency.prune(database, retention))
             loops.every(0.5, "deadline_sweep", lambda: task_service.sweep_deadlines(database))
             loops.every(0.5, "lease_recovery", lambda: dispatch.recover_expired_leases(database))
-            loops.every(0.5, "scheduler", lambda: scheduler.run_once(database))
+            loops.every(0.25, "scheduler", lambda: scheduler.run_once(database))
         # Part of dispatch, not housekeeping: tasks parked on a resource key wait for it.
         loops.every(node.unparker.sweep_s, "unpark", node.unpark, wake=node.unparker.wake)
         try:
