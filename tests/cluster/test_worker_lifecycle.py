@@ -7,6 +7,7 @@ import signal
 import time
 import uuid
 
+import httpx
 import pytest
 
 from tests.integration.worker_client import Worker
@@ -27,6 +28,20 @@ async def _queue_with_tasks(node, token: str, n: int) -> str:
         return qid
 
 
+async def _http_refused_while_draining(node, token: str, qid: str) -> None:
+    """In the drain window every HTTP request but /healthz hears 503 UNAVAILABLE with Retry-After,
+    and /readyz takes the node out of rotation."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=node.base_url, timeout=10) as client:
+        for r in (await client.get(f"/v1/queues/{qid}", headers=headers),
+                  await client.post(f"/v1/queues/{qid}/tasks", json={"payload": "late"},
+                                    headers={**headers, "Idempotency-Key": uuid.uuid4().hex}),
+                  await client.get("/readyz")):
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "UNAVAILABLE" and r.headers["retry-after"] == "1"
+        assert (await client.get("/healthz")).status_code == 200
+
+
 def test_sigterm_drains_worker_sessions(cluster, tenant):
     (node,) = cluster.start_nodes(1)
     token = tenant["token"]
@@ -41,6 +56,7 @@ def test_sigterm_drains_worker_sessions(cluster, tenant):
             node.send_signal(signal.SIGTERM)
             drain = await w.wait_push("drain", timeout=10)
             assert drain["deadline_ms"] > 0
+            await _http_refused_while_draining(node, token, qid)
             # No new claims while draining, but the held lease can still be reported.
             assert (await w.call("claim", queue_id=qid, max_tasks=5))["tasks"] == []
             assert (await w.call("renew", lease_id=lease["lease_id"], lease_ms=30000))["ok"]

@@ -62,7 +62,9 @@ def _serve(settings, host: str, port: int, banner: list[str] | None = None, drai
         def handle_exit(self, sig, frame) -> None:
             """First signal: drain worker sessions (push `drain`, grant no claims, keep
             serving renew/complete) until they hold no lease or the drain deadline
-            passes; then uvicorn's own graceful shutdown. A second signal forces it."""
+            passes; then uvicorn's own graceful shutdown. A second signal forces it.
+            From the first signal on, HTTP requests hear 503 (http/draining.py)."""
+            app.state.node.draining = True
             hub = app.state.node.hub
             if not self.drain_started and not self.should_exit and hub.sessions and loop is not None:
                 self.drain_started = True

@@ -33,6 +33,8 @@ from ..models import (
     Application,
     Attempt,
     AttemptPage,
+    AuditRecord,
+    AuditRecordPage,
     BatchSubmitResult,
     CancelTaskRequest,
     ConfigureApplicationRequest,
@@ -427,6 +429,21 @@ class _Builder:
             fields["evidence"] = evidence
         return _post(path, key, _body(ReviewTaskRequest(**fields)), _as(SubmitTaskResult))
 
+    @staticmethod
+    def list_audit_records_page(
+        resource_id: str | None, action: str | None, after: str | None, page_size: int
+    ) -> _Call[AuditRecordPage]:
+        params = [("limit", str(_page_size(page_size)))]
+        for name, value in (("resource_id", resource_id), ("after", after)):
+            if value is not None:
+                _segment(value, name)  # an id, checked like a path parameter
+                params.append((name, value))
+        if action is not None:
+            if not isinstance(action, str) or not action:
+                raise ValueError("action must be a non-empty str such as 'queue.configure'")
+            params.append(("action", action))
+        return _get("/v1/audit-records", _as(AuditRecordPage), params)
+
 
 def _stuck_cursor(request: HTTPRequest) -> APIError:
     return APIError("INTERNAL", f"{request.describe()}: the server returned the same cursor twice", status_code=200)
@@ -564,6 +581,15 @@ class Client(_ClientBase):
                 raise _stuck_cursor(call.request)
             cursor = page.next_cursor
             call = build(cursor)
+
+    def _iterate_after(self, call: _Call[Any], build: Callable[[str], _Call[Any]], page_size: int) -> Iterator[Any]:
+        """Pages that resume after the last item (`next_after`); a short page is the last one."""
+        while True:
+            page = self._run(call)
+            yield from page.items
+            if len(page.items) < page_size or not page.next_after:
+                return
+            call = build(page.next_after)
 
     # -- health
 
@@ -786,6 +812,25 @@ class Client(_ClientBase):
         """Resolve a `NEEDS_REVIEW` task as SUCCEEDED, FAILED or RETRY (the only way out of that state)."""
         return self._run(self._build.review_task(task_id, key, resolution, reason, evidence))
 
+    # -- audit
+
+    def list_audit_records(
+        self, resource_id: str | None = None, action: str | None = None, after: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[AuditRecord]:
+        """Iterate over the namespace's audit records after `after` (an id), oldest first, optionally of one
+        resource or one action; pages are fetched lazily until one comes back short."""
+        first = self._build.list_audit_records_page(resource_id, action, after, page_size)  # bad arguments fail now
+        return self._iterate_after(
+            first, lambda a: self._build.list_audit_records_page(resource_id, action, a, page_size), page_size)
+
+    def list_audit_records_page(
+        self, resource_id: str | None = None, action: str | None = None, after: str | None = None,
+        page_size: int = 100,
+    ) -> AuditRecordPage:
+        """One page of audit records; pass its `next_after` back as `after` for the next one."""
+        return self._run(self._build.list_audit_records_page(resource_id, action, after, page_size))
+
 
 # ---------------------------------------------------------------- the asyncio client
 
@@ -840,6 +885,17 @@ class AsyncClient(_ClientBase):
                 raise _stuck_cursor(call.request)
             cursor = page.next_cursor
             call = build(cursor)
+
+    async def _iterate_after(
+        self, call: _Call[Any], build: Callable[[str], _Call[Any]], page_size: int
+    ) -> AsyncIterator[Any]:
+        while True:
+            page = await self._run(call)
+            for item in page.items:
+                yield item
+            if len(page.items) < page_size or not page.next_after:
+                return
+            call = build(page.next_after)
 
     # -- health
 
@@ -1025,6 +1081,22 @@ class AsyncClient(_ClientBase):
         self, task_id: str, key: str, resolution: str, reason: str, evidence: dict[str, Any] | None = None
     ) -> SubmitTaskResult:
         return await self._run(self._build.review_task(task_id, key, resolution, reason, evidence))
+
+    # -- audit
+
+    def list_audit_records(
+        self, resource_id: str | None = None, action: str | None = None, after: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[AuditRecord]:
+        first = self._build.list_audit_records_page(resource_id, action, after, page_size)  # bad arguments fail now
+        return self._iterate_after(
+            first, lambda a: self._build.list_audit_records_page(resource_id, action, a, page_size), page_size)
+
+    async def list_audit_records_page(
+        self, resource_id: str | None = None, action: str | None = None, after: str | None = None,
+        page_size: int = 100,
+    ) -> AuditRecordPage:
+        return await self._run(self._build.list_audit_records_page(resource_id, action, after, page_size))
 
 
 def _share_docstrings() -> None:

@@ -99,6 +99,21 @@ class IssuedCredential:
         }
 
 
+def credential_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A credential as the audit trail records it: what it may do, never its token or the token's hash."""
+    return {
+        "id": row["id"],
+        "application_id": row["application_id"],
+        "namespace_id": row["namespace_id"],
+        "permissions": row["permissions"],
+        "queue_scope": row["queue_scope"],
+        "label": row["label"],
+        "created_at": format_ts(row["created_at"]),
+        "revoked_at": format_ts(row["revoked_at"]),
+        "revoke_reason": row["revoke_reason"],
+    }
+
+
 async def issue_credential(
     tx: Tx,
     *,
@@ -114,9 +129,11 @@ async def issue_credential(
         tx, application_id=application["id"], namespace_id=namespace["id"], permissions=perms,
         queue_scope=queue_scope, label=label,
     )
+    issued = {"id": cred_id, "application_id": application["id"], "namespace_id": namespace["id"],
+              "permissions": perms, "queue_scope": queue_scope, "label": label, "created_at": await tx.now(),
+              "revoked_at": None, "revoke_reason": None}
     await write_audit(tx, ADMIN, namespace_id=namespace["id"], action="credential.issue",
-                      resource_type="credential", resource_id=cred_id,
-                      after={"id": cred_id, "permissions": perms, "queue_scope": queue_scope})
+                      resource_type="credential", resource_id=cred_id, after=credential_json(issued))
     return IssuedCredential(cred_id, token, application["id"], namespace["id"], namespace["environment"],
                             queue_id, perms, queue_scope)
 
@@ -163,7 +180,9 @@ async def revoke_credential(tx: Tx, credential_id: str, reason: str) -> bool:
         return False
     now = await tx.now()
     await tx.defer(cred_q.revoke(credential_id, now, reason))
+    before = {**row, "permissions": orjson.loads(row["permissions"]), "queue_scope": orjson.loads(row["queue_scope"])}
     await write_audit(tx, ADMIN, namespace_id=row["namespace_id"], action="credential.revoke",
                       resource_type="credential", resource_id=credential_id, reason=reason,
-                      before={"revoked_at": None}, after={"revoked_at": format_ts(now)})
+                      before=credential_json(before),
+                      after=credential_json({**before, "revoked_at": now, "revoke_reason": reason}))
     return True

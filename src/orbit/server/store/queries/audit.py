@@ -15,3 +15,25 @@ def insert(values: dict[str, Any]) -> Stmt:
     columns = ", ".join(f"`{c}`" for c in COLUMNS)
     return Stmt(f"INSERT INTO audit_records ({columns}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 [values.get(c) for c in COLUMNS])
+
+
+_READ_COLUMNS = ", ".join(f"`{c}`" for c in COLUMNS if c != "namespace_id")
+
+
+def page(namespace_id: str, *, resource_id: str | None, action: str | None, after_id: str | None, limit: int
+         ) -> Stmt:
+    """Up to `limit` records of the namespace after `after_id`, oldest first (ids are time-ordered). Each
+    filter has an index ending in `id`: (resource_id, id), (namespace_id, action, id), (namespace_id, id)."""
+    where = ["namespace_id = ?"]
+    params: list[Any] = [namespace_id]
+    if resource_id is not None:
+        where.append("resource_id = ?")
+        params.append(resource_id)
+    if action is not None:
+        where.append("action = ?")
+        params.append(action)
+    if after_id is not None:
+        where.append("id > ?")
+        params.append(after_id)
+    params.append(limit)
+    return Stmt(f"SELECT {_READ_COLUMNS} FROM audit_records WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", params)

@@ -38,7 +38,9 @@ def listing(application_id: str | None) -> Stmt:
 
 
 def lock_for_update(credential_id: str) -> Stmt:
-    return Stmt("SELECT id, namespace_id, revoked_at FROM credentials WHERE id = ?{FOR_UPDATE}", (credential_id,))
+    """The credential without its secret hash, locked for revocation."""
+    return Stmt("SELECT id, application_id, namespace_id, permissions, queue_scope, label, created_at, revoked_at, "
+                "revoke_reason FROM credentials WHERE id = ?{FOR_UPDATE}", (credential_id,))
 
 
 def revoke(credential_id: str, revoked_at, reason: str) -> Stmt:
