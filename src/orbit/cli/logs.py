@@ -1,27 +1,124 @@
-"""Structured JSON logs on stderr: one object per line, never a token or a payload."""
+"""Structured JSON logs on stderr: one object per line, never a token or a payload.
+
+Log calls name ids, codes and timings only. The one way application data could still reach a
+line is an exception's text: a database error's message can quote the statement it failed on,
+values included (MySQL's "Duplicate entry '…'", "… near '…'", and SQLAlchemy's "[parameters: …]").
+So tracebacks are written here with such errors reduced to their class and code, for the JSON
+lines and for the standard library's (uvicorn, asyncio) alike.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
+from typing import Any, TextIO
 
 import structlog
 
+# Top-level packages whose exceptions may carry statement text or bound values.
+_DATABASE_PACKAGES = frozenset({"sqlalchemy", "asyncmy", "pymysql", "MySQLdb", "sqlite3", "aiosqlite"})
+# Libraries whose INFO lines are statements or per-connection chatter (Alembic announces its
+# dialect on every migration-context use).
+_QUIET = ("sqlalchemy", "aiosqlite", "asyncmy", "websockets", "alembic")
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 
-def configure_logging(level: str = "info") -> None:
+
+def _is_database_error(exc: BaseException) -> bool:
+    return type(exc).__module__.partition(".")[0] in _DATABASE_PACKAGES
+
+
+def _code(exc: BaseException) -> Any:
+    """The driver's error code: MySQL's number, SQLite's extended code; None when it has none."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is None and orig.args and isinstance(orig.args[0], int):
+        code = orig.args[0]
+    return code
+
+
+def _headline(exc: BaseException) -> str:
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    if _is_database_error(exc):
+        return f"{name}: [message withheld: database errors may quote values] code={_code(exc)}\n"
+    return "".join(traceback.format_exception_only(type(exc), exc))
+
+
+def safe_traceback(exc: BaseException) -> str:
+    """The traceback `traceback.format_exception` would write, database errors' messages withheld."""
+    chain: list[tuple[BaseException, str | None]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    link: str | None = None
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append((current, link))
+        if current.__cause__ is not None:
+            current, link = current.__cause__, _CAUSE
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, link = current.__context__, _CONTEXT
+        else:
+            current = None
+    out: list[str] = []
+    for e, joined_by in reversed(chain):
+        if e.__traceback__ is not None:
+            out.append("Traceback (most recent call last):\n")
+            out.extend(traceback.format_list(traceback.extract_tb(e.__traceback__)))
+        out.append(_headline(e))
+        if joined_by is not None:
+            out.append(joined_by)
+    return "".join(out).rstrip("\n")
+
+
+def _exception_of(exc_info: Any) -> BaseException | None:
+    if isinstance(exc_info, BaseException):
+        return exc_info
+    if isinstance(exc_info, tuple):
+        return exc_info[1]
+    return sys.exc_info()[1] if exc_info else None
+
+
+def format_exc_info(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """structlog's `format_exc_info`, through `safe_traceback`."""
+    exc = _exception_of(event.pop("exc_info", None))
+    if exc is not None:
+        event["exception"] = safe_traceback(exc)
+    return event
+
+
+class SafeFormatter(logging.Formatter):
+    """The standard library's lines (uvicorn, asyncio), with tracebacks through `safe_traceback`."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        exc = _exception_of(ei)
+        return safe_traceback(exc) if exc is not None else ""
+
+
+def configure_logging(level: str = "info", *, stream: TextIO | None = None, cache: bool = True) -> None:
+    """JSON lines at `level` on `stream` (stderr). `cache=False` keeps loggers from holding on to
+    this configuration, for tests that configure it in-process and restore it afterwards."""
     lvl = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(stream=sys.stderr, level=lvl, format="%(message)s")
-    # Alembic announces its dialect on every migration-context use; that is not news.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    out = stream or sys.stderr
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(SafeFormatter("%(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    # DEBUG is Orbit's own: below INFO the libraries write statements, rows and frames, values
+    # included (aiosqlite its calls' arguments, SQLAlchemy result rows, websockets frame text).
+    root.setLevel(max(lvl, logging.INFO))
+    logging.getLogger("orbit").setLevel(lvl)
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(max(lvl, logging.WARNING))
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
+            format_exc_info,
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        logger_factory=structlog.PrintLoggerFactory(file=out),
+        cache_logger_on_first_use=cache,
     )

@@ -118,6 +118,7 @@ class Call:
             self.who, self.verified = await authenticate_for_write(node.db, node.tokens, self._header)
         else:
             self.who = await authenticate(node.db, self._header)
+        self.request.state.credential_id = self.who.credential_id  # named in the request's log line
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:

@@ -82,7 +82,7 @@ def install_openapi(app: FastAPI) -> None:
             "bearer": {"type": "http", "scheme": "bearer", "description": "orb_<credential id>_<secret>"}
         }
         schema["security"] = [{"bearer": []}]
-        for public in ("/healthz", "/readyz"):
+        for public in ("/healthz", "/readyz", "/metrics"):
             for op in schema.get("paths", {}).get(public, {}).values():
                 if isinstance(op, dict):
                     op["security"] = []

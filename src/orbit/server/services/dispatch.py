@@ -43,6 +43,7 @@ from ..store.queries.bulk import update_many
 from ..store.queries.tasks import ALL_LEVELS
 from ..store.queries.usage import APPLICATION, QUEUE, UsageChanges
 from ..store.tx import Stmt, Tx
+from . import metrics
 from .auth import Principal
 from .outbox import Event, emit_many
 
@@ -641,13 +642,15 @@ def _located(commands: list[Any]) -> dict[str, tuple[str, str]]:
 
 
 class _Writes:
-    """Row updates of a grouped transaction, flushed after all decisions are made."""
+    """Row updates of a grouped transaction, flushed after all decisions are made, and what they
+    count in the metrics once committed."""
 
-    def __init__(self) -> None:
+    def __init__(self, tally: metrics.Tally) -> None:
         self.tasks: dict[str, dict[str, Any]] = {}
         self.leases: dict[str, dict[str, Any]] = {}
         self.events: list[Event] = []
         self.usage = UsageChanges()
+        self.tally = tally
 
     def task(self, task_id: str, **values: Any) -> None:
         self.tasks.setdefault(task_id, {}).update(values)
@@ -684,6 +687,7 @@ def _end_task_failed(w: _Writes, task: dict[str, Any], now: datetime, code: str,
     w.task(task["id"], state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now)
     _finished(w, task)
     w.events.append(_task_event(task, "task.failed", states.FAILED, error=error))
+    w.tally.task_ended(states.FAILED)
 
 
 def _fail_unstarted(w: _Writes, lease: dict[str, Any], task: dict[str, Any], now: datetime, code: str,
@@ -735,7 +739,10 @@ async def start(db: Database, commands: list[StartCommand]) -> list[Result]:
     first (the exact, slower order). A plan that refuses anything on the snapshot
     is re-decided under the lock before anything is written.
     """
-    return await db.lock_last(lambda tx, optimistic: _start_body(tx, commands, optimistic=optimistic))
+    tallies = metrics.Tallies()
+    replies = await db.lock_last(lambda tx, optimistic: _start_body(tx, commands, tallies, optimistic=optimistic))
+    tallies.publish()
+    return replies
 
 
 Window = tuple[str, str]  # (layer, id): a queue's or an application's rate window
@@ -774,8 +781,9 @@ class _StartPlan:
 
 
 def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[str, Any],
-                 windows: dict[Window, RateWindow], rates: dict[Window, int], now: datetime) -> _StartPlan:
-    w = _Writes()
+                 windows: dict[Window, RateWindow], rates: dict[Window, int], now: datetime,
+                 tally: metrics.Tally) -> _StartPlan:
+    w = _Writes(tally)
     replies: list[Result] = []
     counted: dict[Window, list[bool]] = {}
     rate_limited = False
@@ -808,6 +816,7 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
         refused = [(k, d) for k, d in zip(keys, decisions, strict=True) if not d.allowed]
         if refused:
             rate_limited = True
+            w.tally.rate_limited()
             layer = refused[-1][0][0]
             replies.append(DomainError("RATE_LIMITED", f"the {layer}'s Start rate is exhausted for this window",
                                        retry_after_ms=max(d.retry_after_ms for _, d in refused)))
@@ -833,11 +842,13 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
                      reserved=False)
         task.update(attempts=attempt)
         w.events.append(_task_event(task, "task.started", states.RUNNING, attempt=attempt, lease_id=lease["id"]))
+        w.tally.started(now - task["created_at"] if attempt == 1 else None)
         replies.append(receipt)
     return _StartPlan(replies, w, counted, rate_limited)
 
 
-async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool) -> list[Result]:
+async def _start_body(tx: Tx, commands: list[StartCommand], tallies: metrics.Tallies, *,
+                      optimistic: bool) -> list[Result]:
     def queue_reads(queue_ids: list[str]) -> list[Stmt]:
         lock = not optimistic
         return [usage_q.queue_rows(queue_ids, lock=lock), usage_q.application_rows_of_queues(queue_ids, lock=lock),
@@ -852,7 +863,7 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
     rates = _rates(controls)
     # Locked first, the clock must be read after the lock; planning on a snapshot, the first read's clock will do.
     now = await (tx.now() if optimistic else tx.refresh_now())
-    plan = _plan_starts(commands, locked, controls, windows, rates, now)
+    plan = _plan_starts(commands, locked, controls, windows, rates, now, tallies.new())
     if not optimistic:
         await plan.writes.flush(tx)
         return plan.replies
@@ -860,7 +871,7 @@ async def _start_body(tx: Tx, commands: list[StartCommand], *, optimistic: bool)
         # A refusal must be exact: decide again with the windows locked (nothing is written yet).
         windows = await _read_windows(tx, sorted(windows), lock=True)
         now = await tx.refresh_now()
-        plan = _plan_starts(commands, locked, controls, windows, rates, now)
+        plan = _plan_starts(commands, locked, controls, windows, rates, now, tallies.new())
         await plan.writes.flush(tx)
         return plan.replies
     await plan.writes.flush_rows(tx)
@@ -944,11 +955,12 @@ class CompleteCommand:
 
 async def complete(db: Database, commands: list[CompleteCommand]) -> list[Result]:
     """Record outcomes (and releases). Reports for leases no longer current are late evidence."""
+    tallies = metrics.Tallies()
 
     async def body(tx: Tx) -> list[Result]:
         locked = await _lock_for_leases(tx, [c.lease_id for c in commands], located=_located(commands))
         now = await tx.now()
-        w = _Writes()
+        w = _Writes(tallies.new())
         replies: list[Result] = []
         for c in commands:
             lease = locked.leases.get(c.lease_id)
@@ -977,7 +989,9 @@ async def complete(db: Database, commands: list[CompleteCommand]) -> list[Result
         await w.flush(tx)
         return replies
 
-    return await db.transaction(body)
+    replies = await db.transaction(body)
+    tallies.publish()
+    return replies
 
 
 def _keep_late_report(w: _Writes, lease: dict[str, Any], c: CompleteCommand, now: datetime) -> None:
@@ -998,6 +1012,7 @@ def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Com
                finished_at=now, error=None)
         _finished(w, task)
         w.events.append(_task_event(task, "task.succeeded", states.SUCCEEDED, attempt=lease["attempt"]))
+        w.tally.task_ended(states.SUCCEEDED)
         answer, outcome = {"task_state": states.SUCCEEDED}, "SUCCEEDED"
     elif verdict.kind == "deadline":
         _end_task_failed(w, task, now, "DEADLINE_EXCEEDED", verdict.message)
@@ -1006,12 +1021,15 @@ def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Com
         w.task(task["id"], state=states.CANCELLED, updated_at=now, finished_at=now)
         _finished(w, task)
         w.events.append(_task_event(task, "task.cancelled", states.CANCELLED, reason=task["cancel_reason"]))
+        w.tally.task_ended(states.CANCELLED)
         answer, outcome = {"task_state": states.CANCELLED}, "CANCELLED"
     else:
         error = {"code": "HANDLER_ERROR", "message": verdict.message}
         answer = _retry_or_fail(w, task, now, retryable=verdict.retryable, code="HANDLER_ERROR",
                                 message=verdict.message)
         outcome = "FAILED"
+    if lease["started_at"] is not None:
+        w.tally.attempt_ended(outcome, now - lease["started_at"])
     response = orjson.dumps(answer).decode()
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome=outcome,
             error=orjson.dumps(error).decode() if error else None, complete_msg_id=c.msg_id,
@@ -1044,6 +1062,7 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
     Every node runs this: candidate tasks are taken with SKIP LOCKED, so nodes
     divide the work and never wait on a task row another transaction holds.
     """
+    tallies = metrics.Tallies()
 
     async def body(tx: Tx) -> int:
         now = await tx.now()
@@ -1054,7 +1073,7 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
             task_q.lock_skipping_locked(sorted({e["task_id"] for e in expired})))}
         lease_ids = sorted(e["id"] for e in expired if e["task_id"] in task_rows)
         lease_rows = {r["id"]: r for r in await tx.rows(lease_q.lock_all_columns(lease_ids))} if lease_ids else {}
-        w = _Writes()
+        w = _Writes(tallies.new())
         n = 0
         for lease in lease_rows.values():
             if not rules.expired(lease["state"], lease["expires_at"], now):
@@ -1071,6 +1090,7 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
                     push_pending=True)
             w.events.append(_task_event(task, "task.lease_lost", task["state"], attempt=lease["attempt"],
                                         lease_id=lease["id"]))
+            w.tally.lease_lost()
             if rules.lease_lost_goes_to_review(task["on_lease_lost"]):
                 w.task(task["id"], state=states.NEEDS_REVIEW, error=orjson.dumps(error).decode(), updated_at=now)
                 w.events.append(_task_event(task, "task.needs_review", states.NEEDS_REVIEW, attempt=lease["attempt"]))
@@ -1081,7 +1101,9 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
 
     if not await db.any_row(lease_q.any_expired()):
         return 0
-    return await db.transaction(body)
+    n = await db.transaction(body)
+    tallies.publish()
+    return n
 
 
 # ------------------------------------------------------------------ parked tasks

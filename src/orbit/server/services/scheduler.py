@@ -40,6 +40,7 @@ from ..store.queries import tasks as task_q
 from ..store.queries import usage as usage_q
 from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
+from . import metrics
 from .outbox import Event, emit_many
 from .tasks import DEFAULT_RETRY, NamedKeys
 
@@ -60,7 +61,8 @@ async def run_once(db: Database) -> int:
     while time.monotonic() - started < TICK_BUDGET_S:
         if not await db.any_row(run_q.any_due()):
             break
-        n, full = await db.lock_last(lambda tx, optimistic: _batch(tx, optimistic=optimistic))
+        n, full, created = await db.lock_last(lambda tx, optimistic: _batch(tx, optimistic=optimistic))
+        metrics.submitted(created)
         handled += n
         if not full or n == 0:
             break
@@ -82,12 +84,12 @@ class _Room:
         return True
 
 
-async def _batch(tx: Tx, *, optimistic: bool) -> tuple[int, bool]:
+async def _batch(tx: Tx, *, optimistic: bool) -> tuple[int, bool, int]:
     """One transaction: the due schedules it could lock, each advanced as far as it may go.
-    Returns (points handled, whether the batch was full)."""
+    Returns (points handled, whether the batch was full, tasks generated)."""
     due = await tx.rows(run_q.lock_due(SCHEDULES_PER_BATCH))
     if not due:
-        return 0, False
+        return 0, False, 0
     tx.adopt_clock(due[0])
     now = await tx.now()
     room = await _room(tx, due, locked=not optimistic)
@@ -108,7 +110,7 @@ async def _batch(tx: Tx, *, optimistic: bool) -> tuple[int, bool]:
         await tx.defer(run_q.advance(s["id"], next_trigger_at=s["next_trigger_at"], due_at=s["next_trigger_at"],
                                      last_trigger_at=s["last_trigger_at"], last_task_id=s["last_task_id"]))
     await _take_slots(tx, tasks, usage)
-    return handled, len(due) == SCHEDULES_PER_BATCH
+    return handled, len(due) == SCHEDULES_PER_BATCH, len(tasks)
 
 
 async def _room(tx: Tx, due: list[dict[str, Any]], *, locked: bool) -> _Room:

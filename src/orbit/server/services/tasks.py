@@ -45,6 +45,7 @@ from ..store.queries import tasks as task_q
 from ..store.queries import usage as usage_q
 from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
+from . import metrics
 from .auth import Principal
 from .idempotency import IdempotencyScope, Outcome, WriteRequest, insert_records, request_digest
 from .outbox import emit_many, write_audit
@@ -494,9 +495,16 @@ async def submit_group(db: Database, group: list[QueuedSubmit]) -> list[Admissio
     first = group[0]
     commands = [q.cmd for q in group]
     recheck = [None if q.verified else q.principal.credential_id for q in group]
-    return await db.lock_last(lambda tx, optimistic: admit(
-        tx, first.principal, first.queue_id, commands, optimistic=optimistic,
-        recheck=recheck if any(recheck) else None))
+    try:
+        admissions = await db.lock_last(lambda tx, optimistic: admit(
+            tx, first.principal, first.queue_id, commands, optimistic=optimistic,
+            recheck=recheck if any(recheck) else None))
+    except DomainError as exc:
+        metrics.submitted(0, (exc.code,))
+        raise
+    metrics.submitted(sum(1 for a in admissions if a.outcome is not None and not a.outcome.deduplicated),
+                      [a.error.code for a in admissions if a.error is not None])
+    return admissions
 
 
 def _item_json(a: Admission) -> dict[str, Any]:
@@ -532,7 +540,12 @@ async def submit_batch(
         await record_new(tx, scope, {"results": stored}, queue_id)
         return Outcome(False, {"results": items}, queue_id)
 
-    return await db.lock_last(body)
+    outcome = await db.lock_last(body)
+    if not outcome.deduplicated:
+        items = outcome.data["results"]
+        metrics.submitted(sum(1 for i in items if "task" in i and not i["deduplicated"]),
+                          [i["error"]["code"] for i in items if "error" in i])
+    return outcome
 
 
 async def _replay_batch(tx: Tx, scope: IdempotencyScope, previous: Outcome) -> Outcome | None:
@@ -702,7 +715,10 @@ async def _task_write(db: Database, w: WriteRequest, task_id: str, action: str, 
         await _rehydrate(tx, [after])
         return Outcome(False, {"task": after}, task_id)
 
-    return await db.transaction(body)
+    outcome = await db.transaction(body)
+    if not outcome.deduplicated:
+        metrics.task_ended(outcome.data["task"]["state"])
+    return outcome
 
 
 async def cancel_task(db: Database, w: WriteRequest, task_id: str, req: CancelTaskRequest) -> Outcome:
@@ -774,8 +790,10 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
     Work is found through `sweep_at` alone (`core/deadlines.py`), which the sweep
     moves on as it goes. Every node runs this; `SKIP LOCKED` divides the rows.
     """
+    tallies = metrics.Tallies()
 
     async def body(tx: Tx) -> int:
+        tally = tallies.new()
         now = await tx.now()
         due = await tx.rows(task_q.sweep_due(now, batch))
         if not due:
@@ -805,6 +823,7 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
                     usage.add(r["queue_id"], r["application_id"], permits_in_use=-1,
                               rate_reserved=-1 if lease["reserved"] else 0, keys=keys, node=lease["worker_node_id"])
                 events.append(_event({**r, "state": states.FAILED}, "task.failed", error=error))
+                tally.task_ended(states.FAILED)
             elif action.kind == "cancel":
                 acted += 1
                 await tx.defer(task_q.request_cancel_swept(r["id"], action.message, now))
@@ -819,4 +838,6 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
 
     if not await db.any_row(task_q.any_sweep_due()):
         return 0
-    return await db.transaction(body)
+    acted = await db.transaction(body)
+    tallies.publish()
+    return acted

@@ -190,6 +190,8 @@ class WorkerSession:
                     self._check(frame, kind)
                 except DomainError as exc:
                     self._track(loop.create_task(self.send(reply_frame(msg_id, exc))))
+                    if self._log_frames:
+                        self._log_frame(msg_id, kind, exc, time.perf_counter())
                     continue
                 if kind in self._grouped:
                     self._command(frame, msg_id, kind)
@@ -251,8 +253,7 @@ class WorkerSession:
             result = _unavailable()
         self._answer(msg_id, result)
         if self._log_frames:
-            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, DomainError),
-                      latency_ms=round((time.perf_counter() - started) * 1000, 3))
+            self._log_frame(msg_id, kind, result, started)
 
     async def _handle(self, frame: dict[str, Any], msg_id: str, kind: str) -> None:
         started = time.perf_counter()
@@ -269,8 +270,15 @@ class WorkerSession:
             result = _unavailable()
         await self.send(reply_frame(msg_id, result))
         if self._log_frames:
-            log.debug("frame", session_id=self.session_id, type=kind, ok=not isinstance(result, DomainError),
-                      latency_ms=round((time.perf_counter() - started) * 1000, 3))
+            self._log_frame(msg_id, kind, result, started)
+
+    def _log_frame(self, msg_id: str, kind: Any, result: dispatch.Result, started: float) -> None:
+        """One debug line per answered frame, as the request log has per request: never its
+        payload, result or error message, which are the application's data."""
+        log.debug("frame", session_id=self.session_id, credential_id=self.principal.credential_id,
+                  type=kind if isinstance(kind, str) and kind in ALLOWED else "unknown", msg_id=msg_id,
+                  code=result.code if isinstance(result, DomainError) else "OK",
+                  latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
     # ------------------------------------------------------------ commands
 
