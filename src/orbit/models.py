@@ -70,6 +70,10 @@ __all__ = [
     "ScheduleRun",
     "ScheduleRunPage",
     "TaskTemplate",
+    "AuditRecord",
+    "AuditRecordPage",
+    "Event",
+    "EventPage",
 ]
 
 
@@ -646,3 +650,58 @@ class ScheduleRunPage(BaseModel):
 
     items: list[ScheduleRun]
     next_cursor: str | None = None
+
+
+class Event(BaseModel):
+    """One event of the feed: `seq` is strictly increasing per namespace and never reused."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seq: U64
+    type: str
+    time: datetime | None = None
+    resource_type: str
+    resource_id: str
+    data: Any = None
+
+
+class EventPage(BaseModel):
+    """Events after a cursor, oldest first; persist `next_after` and pass it as `after` next time."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[Event]
+    next_after: U64
+
+
+# ---------------------------------------------------------------- audit
+
+
+class AuditRecord(BaseModel):
+    """One management operation: who (`actor_credential_id`, or `actor` for orbit-admin), what, on which
+    resource, through which request, with JSON snapshots of the resource before and after."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    time: datetime
+    actor_credential_id: str | None = None
+    actor: str | None = None
+    action: str
+    resource_type: str
+    resource_id: str
+    reason: str | None = None
+    request_id: str | None = None
+    idempotency_key: str | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+
+
+class AuditRecordPage(BaseModel):
+    """Records after a cursor, oldest first; pass `next_after` as `after` for the next page (it stays the
+    given `after` when nothing is newer)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[AuditRecord]
+    next_after: str | None = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -35,6 +35,8 @@ from ..models import (
     AttemptPage,
     AuditRecord,
     AuditRecordPage,
+    Event,
+    EventPage,
     BatchSubmitResult,
     CancelTaskRequest,
     ConfigureApplicationRequest,
@@ -444,6 +446,20 @@ class _Builder:
             params.append(("action", action))
         return _get("/v1/audit-records", _as(AuditRecordPage), params)
 
+    @staticmethod
+    def events_page(after: int | str, types: Sequence[str] | None, wait_ms: int, limit: int) -> _Call[EventPage]:
+        cursor = str(after)
+        if not cursor.isdigit():
+            raise ValueError("after must be a seq: a non-negative integer or its decimal string")
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or not 0 <= wait_ms <= 30_000:
+            raise ValueError("wait_ms must be an int from 0 to 30000")
+        params = [("after", cursor), ("limit", str(_page_size(limit))), ("wait_ms", str(wait_ms))]
+        for t in types or ():
+            if not isinstance(t, str) or not t:
+                raise ValueError("types must be event types such as 'task.succeeded' or 'schedule.*'")
+            params.append(("type", t))
+        return _get("/v1/events", _as(EventPage), params)
+
 
 def _stuck_cursor(request: HTTPRequest) -> APIError:
     return APIError("INTERNAL", f"{request.describe()}: the server returned the same cursor twice", status_code=200)
@@ -812,6 +828,27 @@ class Client(_ClientBase):
         """Resolve a `NEEDS_REVIEW` task as SUCCEEDED, FAILED or RETRY (the only way out of that state)."""
         return self._run(self._build.review_task(task_id, key, resolution, reason, evidence))
 
+    # -- events
+
+    def events(self, after: int | str = 0, types: Sequence[str] | None = None, wait_ms: int = 5000,
+               limit: int = 100) -> Iterator[Event]:
+        """Every event after `after`, in seq order, each once: long-polls (`wait_ms`, below the client's
+        timeout) for newer ones and never ends by itself. Persist the last event's `seq` to resume."""
+        call = self._build.events_page(after, types, wait_ms, limit)  # bad arguments fail now
+
+        def follow(call: _Call[EventPage]) -> Iterator[Event]:
+            while True:
+                page = self._run(call)
+                yield from page.items
+                call = self._build.events_page(page.next_after, types, wait_ms, limit)
+
+        return follow(call)
+
+    def events_page(self, after: int | str = 0, types: Sequence[str] | None = None, wait_ms: int = 0,
+                    limit: int = 100) -> EventPage:
+        """One page of events; pass its `next_after` back as `after` (it also skips past other types)."""
+        return self._run(self._build.events_page(after, types, wait_ms, limit))
+
     # -- audit
 
     def list_audit_records(
@@ -1081,6 +1118,25 @@ class AsyncClient(_ClientBase):
         self, task_id: str, key: str, resolution: str, reason: str, evidence: dict[str, Any] | None = None
     ) -> SubmitTaskResult:
         return await self._run(self._build.review_task(task_id, key, resolution, reason, evidence))
+
+    # -- events
+
+    def events(self, after: int | str = 0, types: Sequence[str] | None = None, wait_ms: int = 5000,
+               limit: int = 100) -> AsyncIterator[Event]:
+        call = self._build.events_page(after, types, wait_ms, limit)  # bad arguments fail now
+
+        async def follow(call: _Call[EventPage]) -> AsyncIterator[Event]:
+            while True:
+                page = await self._run(call)
+                for item in page.items:
+                    yield item
+                call = self._build.events_page(page.next_after, types, wait_ms, limit)
+
+        return follow(call)
+
+    async def events_page(self, after: int | str = 0, types: Sequence[str] | None = None, wait_ms: int = 0,
+                          limit: int = 100) -> EventPage:
+        return await self._run(self._build.events_page(after, types, wait_ms, limit))
 
     # -- audit
 

@@ -17,16 +17,21 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .config import Settings
+from .config import Settings, parse_address
 from .core.ids import new_id
 from .envelope import error_body
 from .errors import DomainError, invalid_argument
-from .http import applications, health, queues, resource_keys, schedules, tasks
+from .http import applications, events, health, queues, resource_keys, schedules, tasks
+from .http import audit as audit_routes
+from .http import metrics as metrics_routes
 from .http.common import error_response
+from .http.draining import DrainingGate
 from .http.openapi import install_openapi
 from .loops import BackgroundLoops
 from .node import Node
 from .services import dispatch, idempotency, scheduler
+from .services import events as event_service
+from .services import metrics
 from .services import tasks as task_service
 from .store.db import Database
 from .ws import route as worker_route
@@ -83,15 +88,12 @@ class RequestIdMiddleware:
                 "body": error_body(rid, "INTERNAL", "internal error; the transaction was rolled back"),
             })
         finally:
-            route = scope.get("route")
-            log.info(
-                "request",
-                request_id=rid,
-                method=scope.get("method"),
-                route=getattr(route, "path", None) or "unmatched",
-                status=status,
-                latency_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
+            seconds = time.perf_counter() - started
+            method, route = scope["method"], getattr(scope.get("route"), "path", None) or "unmatched"
+            metrics.observe_request(method, route, status, seconds)
+            # The route's template, never the raw path; the credential's id, never its token.
+            log.info("request", request_id=rid, method=method, route=route, status=status,
+                     latency_ms=round(seconds * 1000, 3), credential_id=scope["state"].get("credential_id"))
 
 
 _SUBMIT_PATH = re.compile(r"/v1/queues/([^/]+)/tasks")
@@ -170,6 +172,10 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        listener = contextlib.AsyncExitStack()
+        if settings.metrics_listen:
+            await listener.enter_async_context(
+                metrics_routes.separate_listener(node.metrics, *parse_address(settings.metrics_listen)))
         loops = BackgroundLoops()
         node.hub.start()
         if settings.background_loops:
@@ -178,12 +184,18 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
             loops.every(0.5, "deadline_sweep", lambda: task_service.sweep_deadlines(database))
             loops.every(0.5, "lease_recovery", lambda: dispatch.recover_expired_leases(database))
             loops.every(0.25, "scheduler", lambda: scheduler.run_once(database))
+            events_kept = timedelta(seconds=settings.event_retention_seconds)
+            loops.every(60, "event_retention", lambda: event_service.prune(
+                database, retention=events_kept, max_rows=settings.event_retention_rows))
         # Part of dispatch, not housekeeping: tasks parked on a resource key wait for it.
         loops.every(node.unparker.sweep_s, "unpark", node.unpark, wake=node.unparker.wake)
+        # Part of the event feed: events are readable once numbered.
+        loops.every(node.sequencer.sweep_s, "event_sequencer", node.sequencer.run_once, wake=node.sequencer.wake)
         try:
             yield
         finally:
             node.draining = True
+            await listener.aclose()
             await loops.stop()
             await node.hub.stop()
             await node.submits.stop()
@@ -202,13 +214,18 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.state.node = node
     _install_error_handlers(app)
     app.include_router(health.router)
+    if settings.metrics_on_public_listener():
+        app.include_router(metrics_routes.router)
     app.include_router(queues.router)
     app.include_router(tasks.router)
     app.include_router(applications.router)
     app.include_router(resource_keys.router)
     app.include_router(schedules.router)
+    app.include_router(audit_routes.router)
+    app.include_router(events.router)
     app.include_router(worker_route.router)
     install_openapi(app)
     app.add_middleware(SubmitFastPath, api=app)
+    app.add_middleware(DrainingGate, node=node)  # outside the fast path, inside the request id
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -14,6 +14,8 @@ from .batching import KeyedBatcher
 from .config import Settings
 from .services import tasks as task_service
 from .services.dispatch import Unparker
+from .services.metrics import NodeMetrics
+from .services.events import Sequencer
 from .services.auth import TokenCache
 from .store import migrate
 from .store.db import Database
@@ -32,6 +34,8 @@ class Node:
     tokens: TokenCache = field(default_factory=TokenCache)
     submits: KeyedBatcher = field(init=False)
     unparker: Unparker = field(init=False)
+    metrics: NodeMetrics = field(init=False)
+    sequencer: Sequencer = field(init=False)
     draining: bool = False
     schema_head: str = field(default_factory=migrate.head_revision)
     _schema_checked_at: float = 0.0
@@ -44,6 +48,10 @@ class Node:
         # Tasks parked on a resource key come back as soon as a transaction here frees a permit of it.
         self.unparker = Unparker(db)
         db.on_keys_freed = self.unparker.freed
+        self.metrics = NodeMetrics(db, lambda: len(self.hub.sessions), self.settings.metrics_ttl_seconds)
+        # Events this node's transactions wrote are numbered right after they commit.
+        self.sequencer = Sequencer(db)
+        db.on_events_written = self.sequencer.written
 
     async def unpark(self) -> None:
         for queue_id, n in (await self.unparker.run_once()).items():

@@ -16,7 +16,7 @@ from ..errors import DomainError
 from ..node import Node
 from .common import error_response
 
-ALWAYS_SERVED = frozenset({"/healthz"})
+ALWAYS_SERVED = frozenset({"/healthz", "/metrics"})  # a draining node stays observable
 
 
 def draining() -> DomainError:

@@ -72,7 +72,7 @@ class Database:
         if self.dialect == MYSQL:
             self.engine: AsyncEngine = create_async_engine(
                 self.url, pool_size=4, max_overflow=pool_size, pool_recycle=1800,
-                isolation_level="READ COMMITTED", echo=echo,
+                isolation_level="READ COMMITTED", echo=echo, hide_parameters=True,
             )
 
             @event.listens_for(self.engine.sync_engine, "connect")
@@ -84,13 +84,17 @@ class Database:
             self.read_engine = self.engine
             self._write_lock: asyncio.Lock | None = None
         else:
-            self.engine = create_async_engine(self.url, pool_size=1, max_overflow=0, echo=echo)
+            self.engine = create_async_engine(self.url, pool_size=1, max_overflow=0, echo=echo,
+                                              hide_parameters=True)
             self._install_sqlite(self.engine, immediate=True)
-            self.read_engine = create_async_engine(self.url, pool_size=4, max_overflow=4, echo=echo)
+            self.read_engine = create_async_engine(self.url, pool_size=4, max_overflow=4, echo=echo,
+                                                   hide_parameters=True)
             self._install_sqlite(self.read_engine, immediate=False)
             self._write_lock = asyncio.Lock()
         # Called after a commit with the resource keys that transaction gave permits back to.
         self.on_keys_freed: Callable[[set[str]], None] | None = None
+        # Called after a commit with the namespaces that transaction wrote events to.
+        self.on_events_written: Callable[[set[str]], None] | None = None
 
     @staticmethod
     def _install_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
@@ -111,16 +115,21 @@ class Database:
     async def transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction, retrying the whole of it on lock conflicts."""
         freed: set[str] = set()
+        written: set[str] = set()
 
         async def body(tx: Tx) -> T:
             result = await fn(tx)
             freed.clear()
             freed.update(tx.keys_freed)
+            written.clear()
+            written.update(tx.events_written)
             return result
 
         result = await self._transaction(body)
         if freed and self.on_keys_freed is not None:
             self.on_keys_freed(freed)
+        if written and self.on_events_written is not None:
+            self.on_events_written(written)
         return result
 
     async def _transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
@@ -318,4 +327,4 @@ def null_pool_engine(url: str) -> AsyncEngine:
         parent = os.path.dirname(os.path.abspath(parsed.database))
         if not os.path.isdir(parent):
             raise ValueError(f"the SQLite database's directory {parent} does not exist")
-    return create_async_engine(normalized, poolclass=NullPool)
+    return create_async_engine(normalized, poolclass=NullPool, hide_parameters=True)

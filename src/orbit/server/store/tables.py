@@ -119,6 +119,7 @@ audit_records = Table(
     Column("after", JsonText, nullable=True),
     Index("ix_audit_records_namespace_id", "namespace_id", "id"),
     Index("ix_audit_records_resource_id", "resource_id", "id"),
+    Index("ix_audit_records_namespace_action", "namespace_id", "action", "id"),
 )
 
 events = Table(
@@ -293,6 +294,15 @@ schedule_runs = Table(
     Column("reason", Short, nullable=True),
     Column("created_at", Ts, nullable=False),
     PrimaryKeyConstraint("schedule_id", "trigger_at"),
+)
+
+event_sequencers = Table(
+    "event_sequencers",
+    metadata,
+    Column("namespace_id", Id, primary_key=True),
+    Column("last_seq", U64, nullable=False),
+    Column("pruned_through", U64, nullable=False),
+    Column("numbered_at", Ts, nullable=True),
 )
 
 worker_claims = Table(

@@ -106,6 +106,8 @@ class Tx:
         # Resource keys this transaction gave permits back to: once it commits, the node takes
         # tasks parked on them back to the claimable part (`Database.on_keys_freed`).
         self.keys_freed: set[str] = set()
+        # Namespaces this transaction wrote events to: numbered by the node's sequencer after it commits.
+        self.events_written: set[str] = set()
 
     # ---------------------------------------------------------------- clock
 
