@@ -38,7 +38,7 @@ _TYPE = re.compile(r"^[a-z_]+\.(\*|[a-z_]+)$")
 
 
 async def number_namespace(db: Database, namespace_id: str) -> int:
-    """Number the namespace's committed, unnumbered events (in passes of up to 1000); 0 when
+    """Number the namespace's committed, unnumbered event batches (up to 1000 a pass); 0 when
     another node's pass holds the namespace (it numbers them)."""
     total = 0
     while True:
@@ -58,13 +58,16 @@ async def _pass(tx: Tx, namespace_id: str) -> int:
         if not rows:
             return -1
     last = int(rows[0]["last_seq"])
-    ids = [int(r["id"]) for r in await tx.rows(ev_q.unnumbered(namespace_id, NUMBER_BATCH))]
-    if ids:
-        await tx.defer(ev_q.number(ids, last + 1))
-    n = len(ids)
-    if n:
-        await tx.defer(ev_q.advance_sequencer(namespace_id, last + n, await tx.now()))
-    return n
+    batches = await tx.rows(ev_q.unnumbered(namespace_id, NUMBER_BATCH))
+    if not batches:
+        return 0
+    first: dict[str, int] = {}
+    for b in batches:
+        first[b["batch_id"]] = last + 1
+        last += int(b["count"])
+    await tx.defer(ev_q.number(first))
+    await tx.defer(ev_q.advance_sequencer(namespace_id, last, await tx.now()))
+    return len(batches)
 
 
 class Sequencer:
@@ -126,49 +129,66 @@ def parse_types(values: list[str]) -> tuple[list[str], list[str]]:
     return exact, prefixes
 
 
-def _event_json(row: Any) -> dict[str, Any]:
-    return {"seq": str(int(row["seq"])), "type": row["type"], "time": format_ts(row["time"]),
+def _numbered(rows: list[dict[str, Any]], after: int) -> list[tuple[int, dict[str, Any]]]:
+    """Each event's seq (its batch's first seq plus its place in the batch), past `after`."""
+    out = []
+    place: dict[int, int] = {}
+    for r in rows:
+        first = int(r["first_seq"])
+        seq = first + place.get(first, 0)
+        place[first] = place.get(first, 0) + 1
+        if seq > after:
+            out.append((seq, r))
+    return out
+
+
+def _event_json(seq: int, row: Any) -> dict[str, Any]:
+    return {"seq": str(seq), "type": row["type"], "time": format_ts(row["time"]),
             "resource_type": row["resource_type"], "resource_id": row["resource_id"],
             "data": orjson.Fragment(row["data"])}
+
+
+def _wanted(type_: str, exact: list[str], prefixes: list[str]) -> bool:
+    return (not exact and not prefixes) or type_ in exact or any(type_.startswith(p) for p in prefixes)
 
 
 async def read_events(db: Database, principal: Principal, sequencer: Sequencer | None, *, after: int, limit: int,
                       wait_ms: int, types: list[str]) -> dict[str, Any]:
     """Events with `seq > after`, oldest first; waits up to `wait_ms` for one when none is newer.
-    `next_after` is the cursor to persist: past every event read, and past every event of other
-    types up to the newest numbered one."""
+    A page looks at the next `limit` seqs at most; `next_after` is the cursor to persist: past
+    every event returned, and past every event of other types it looked at."""
     exact, prefixes = parse_types(types)
     deadline = time.monotonic() + wait_ms / 1000
     ns = principal.namespace_id
     while True:
-        async def read(tx: Tx) -> tuple[list[dict[str, Any]], int]:
+        async def read(tx: Tx) -> tuple[list[tuple[int, dict[str, Any]]], int]:
             seq = await tx.rows(ev_q.sequencer(ns))
             last, pruned = (int(seq[0]["last_seq"]), int(seq[0]["pruned_through"])) if seq else (0, 0)
             if after < pruned:
                 raise DomainError("CURSOR_EXPIRED", "events after this cursor are no longer retained; "
                                   "restart from after=" + str(pruned), details={"pruned_through": str(pruned)})
-            rows = await tx.rows(ev_q.page(ns, after, last, limit, exact, prefixes)) if last > after else []
-            return rows, last
+            through = min(last, after + limit)
+            rows = await tx.rows(ev_q.page(ns, after, through)) if through > after else []
+            return [(s_, r) for s_, r in _numbered(rows, after) if s_ <= through], through
 
-        rows, last = await db.read(read)
+        events, through = await db.read(read)
+        items = [_event_json(s_, r) for s_, r in events if _wanted(r["type"], exact, prefixes)]
         remaining = deadline - time.monotonic()
-        if rows or remaining <= 0:
+        if items or through > after or remaining <= 0:
             break
         if sequencer is not None:
             await sequencer.wait(ns, min(remaining, 0.25))
         else:
             await asyncio.sleep(min(remaining, 0.25))
-    items = [_event_json(r) for r in rows]
-    next_after = int(rows[-1]["seq"]) if len(rows) == limit else max(after, last)
-    return {"items": items, "next_after": str(next_after)}
+    return {"items": items, "next_after": str(max(after, through))}
 
 
 # ---------------------------------------------------------------- retention
 
 
 async def prune(db: Database, *, retention: timedelta, max_rows: int, batch: int = 1000) -> int:
-    """Delete each namespace's oldest events beyond the retention period (database clock) or the
-    row budget, in bounded batches; `pruned_through` moves with them (older cursors get 410)."""
+    """Delete each namespace's oldest event batches beyond the retention period (database clock)
+    or the row budget, in bounded batches; `pruned_through` moves with them (older cursors get 410)."""
     deleted = 0
     for s in await db.read(lambda tx: tx.rows(ev_q.sequencers())):
         ns, last, pruned = s["namespace_id"], int(s["last_seq"]), int(s["pruned_through"])
@@ -177,10 +197,11 @@ async def prune(db: Database, *, retention: timedelta, max_rows: int, batch: int
                 return await tx.rows(ev_q.oldest(ns, after, batch)), await tx.now()
 
             rows, now = await db.read(oldest)
-            through = _prunable(rows, pruned, last - max_rows, now - retention)
-            if through == pruned:
+            gone = _prunable(rows, last - max_rows, now - retention)
+            if not gone:
                 break
-            await db.transaction(lambda tx, a=pruned, b=through: _delete(tx, ns, a, b))
+            through = int(gone[-1]["seq"]) + int(gone[-1]["count"]) - 1
+            await db.transaction(lambda tx, ids=[g["batch_id"] for g in gone], t=through: _delete(tx, ns, ids, t))
             deleted += through - pruned
             pruned = through
             if len(rows) < batch:
@@ -188,16 +209,17 @@ async def prune(db: Database, *, retention: timedelta, max_rows: int, batch: int
     return deleted
 
 
-def _prunable(rows: list[dict[str, Any]], pruned: int, over_budget: int, cutoff: datetime) -> int:
-    """The largest seq of the oldest events (in seq order) that are all past the budget or the age."""
-    through = pruned
+def _prunable(rows: list[dict[str, Any]], over_budget: int, cutoff: datetime) -> list[dict[str, Any]]:
+    """The oldest batches (in seq order) that are wholly past the row budget or the age."""
+    gone = []
     for r in rows:
-        if int(r["seq"]) > over_budget and r["time"] >= cutoff:
+        if int(r["seq"]) + int(r["count"]) - 1 > over_budget and r["created_at"] >= cutoff:
             break
-        through = int(r["seq"])
-    return through
+        gone.append(r)
+    return gone
 
 
-async def _delete(tx: Tx, namespace_id: str, after: int, through: int) -> None:
-    await tx.defer(ev_q.delete_through(namespace_id, after, through))
+async def _delete(tx: Tx, namespace_id: str, batch_ids: list[str], through: int) -> None:
+    for stmt in ev_q.delete_batches(batch_ids):
+        await tx.defer(stmt)
     await tx.defer(ev_q.set_pruned(namespace_id, through))

@@ -127,13 +127,24 @@ events = Table(
     metadata,
     Column("id", Seq, primary_key=True, autoincrement=True),
     Column("namespace_id", Id, nullable=False),
-    Column("seq", U64, nullable=True),
     Column("type", Short, nullable=False),
     Column("time", Ts, nullable=False),
     Column("resource_type", Short, nullable=False),
     Column("resource_id", Id, nullable=False),
     Column("data", JsonText, nullable=False),
-    Index("ix_events_namespace_seq", "namespace_id", "seq"),
+    Column("batch_id", Id, nullable=True),
+    Index("ix_events_batch", "batch_id", "id"),
+)
+
+event_batches = Table(
+    "event_batches",
+    metadata,
+    Column("batch_id", Id, primary_key=True),
+    Column("namespace_id", Id, nullable=False),
+    Column("seq", U64, nullable=True),
+    Column("count", U32, nullable=False),
+    Column("created_at", Ts, nullable=False),
+    Index("ix_event_batches_namespace_seq", "namespace_id", "seq"),
 )
 
 application_usage = Table(

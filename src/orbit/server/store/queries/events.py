@@ -7,17 +7,28 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from ...core.ids import new_id
 from ..tx import Stmt, Tx, placeholders
 
-_INSERT = Stmt("INSERT INTO events (namespace_id, type, time, resource_type, resource_id, data) "
-               "VALUES (?, ?, ?, ?, ?, ?)")
+_INSERT = Stmt("INSERT INTO events (namespace_id, batch_id, type, time, resource_type, resource_id, data) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?)")
+_INSERT_BATCH = Stmt("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at) "
+                     "VALUES (?, ?, ?, ?, ?)")
 
 
 async def insert(tx: Tx, rows: Sequence[Sequence[Any]]) -> None:
     """(namespace id, type, time, resource type, resource id, data JSON) rows, with the next round
-    trip; their namespaces are numbered by the node's sequencer once the transaction commits."""
-    await tx.defer_rows(_INSERT, rows)
-    tx.events_written.update(r[0] for r in rows)
+    trip: each namespace's events form one batch, numbered by the node's sequencer once the
+    transaction commits (its events take consecutive seqs in id order)."""
+    batches: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for r in rows:
+        batches.setdefault(r[0], new_id())
+        counts[r[0]] = counts.get(r[0], 0) + 1
+    await tx.defer_rows(_INSERT, [(r[0], batches[r[0]], *r[1:]) for r in rows])
+    now = rows[0][2]
+    await tx.defer_rows(_INSERT_BATCH, [(b, ns, None, counts[ns], now) for ns, b in batches.items()])
+    tx.events_written.update(batches)
 
 
 # ---------------------------------------------------------------- numbering
@@ -38,18 +49,19 @@ def create_sequencer(namespace_id: str) -> Stmt:
 
 
 def unnumbered(namespace_id: str, limit: int) -> Stmt:
-    """Committed events of the namespace without a seq, in id order (a plain read sees only
-    committed rows: one still in flight is numbered by a later pass)."""
-    return Stmt("SELECT id FROM events WHERE namespace_id = ? AND seq IS NULL ORDER BY id LIMIT ?",
-                (namespace_id, limit))
+    """Committed batches of the namespace without a seq, oldest first (a plain read sees only
+    committed rows: a batch still in flight is numbered by a later pass)."""
+    return Stmt("SELECT batch_id, count FROM event_batches WHERE namespace_id = ? AND seq IS NULL "
+                "ORDER BY batch_id LIMIT ?", (namespace_id, limit))
 
 
-def number(ids: list[int], first_seq: int) -> Stmt:
-    """Consecutive seqs from `first_seq` to the events `ids` (ascending)."""
+def number(first_seqs: dict[str, int]) -> Stmt:
+    """Each batch's first seq."""
+    ids = sorted(first_seqs)
     cases = " ".join("WHEN ? THEN ?" for _ in ids)
-    params: list[Any] = [v for i, event_id in enumerate(ids) for v in (event_id, first_seq + i)]
-    return Stmt(f"UPDATE events SET seq = CASE id {cases} END WHERE id IN ({placeholders(len(ids))})",
-                [*params, *ids])
+    params: list[Any] = [v for b in ids for v in (b, first_seqs[b])]
+    return Stmt(f"UPDATE event_batches SET seq = CASE batch_id {cases} END "
+                f"WHERE batch_id IN ({placeholders(len(ids))})", [*params, *ids])
 
 
 def advance_sequencer(namespace_id: str, last_seq: int, now: datetime) -> Stmt:
@@ -58,31 +70,21 @@ def advance_sequencer(namespace_id: str, last_seq: int, now: datetime) -> Stmt:
 
 
 def namespaces_with_unnumbered() -> Stmt:
-    """Namespaces that have events still to number (one index dive per namespace)."""
-    return Stmt("SELECT n.id FROM namespaces n WHERE EXISTS (SELECT 1 FROM events e WHERE e.namespace_id = n.id "
-                "AND e.seq IS NULL)")
+    """Namespaces that have batches still to number (one index dive per namespace)."""
+    return Stmt("SELECT n.id FROM namespaces n WHERE EXISTS (SELECT 1 FROM event_batches b "
+                "WHERE b.namespace_id = n.id AND b.seq IS NULL)")
 
 
 # ---------------------------------------------------------------- the feed
 
 
-def page(namespace_id: str, after: int, through: int, limit: int, types: Sequence[str] = (),
-         prefixes: Sequence[str] = ()) -> Stmt:
-    """Numbered events of the namespace with `after < seq <= through`, in seq order."""
-    where = ["namespace_id = ?", "seq > ?", "seq <= ?"]
-    params: list[Any] = [namespace_id, after, through]
-    kinds = []
-    if types:
-        kinds.append(f"type IN ({placeholders(len(types))})")
-        params.extend(types)
-    for p in prefixes:
-        kinds.append("type LIKE ?")
-        params.append(p + "%")
-    if kinds:
-        where.append("(" + " OR ".join(kinds) + ")")
-    params.append(limit)
-    return Stmt("SELECT seq, type, time, resource_type, resource_id, data FROM events "
-                f"WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?", params)
+def page(namespace_id: str, after: int, through: int) -> Stmt:
+    """The events numbered `after < seq <= through`, with their batch's first seq, in seq order
+    (a batch's events follow its first seq in id order)."""
+    return Stmt("SELECT b.seq AS first_seq, e.id, e.type, e.time, e.resource_type, e.resource_id, e.data "
+                "FROM event_batches b JOIN events e ON e.batch_id = b.batch_id "
+                "WHERE b.namespace_id = ? AND b.seq IS NOT NULL AND b.seq <= ? AND b.seq + b.count > ? "
+                "ORDER BY b.seq, e.id", (namespace_id, through, after))
 
 
 # ---------------------------------------------------------------- retention
@@ -93,12 +95,15 @@ def sequencers() -> Stmt:
 
 
 def oldest(namespace_id: str, after: int, limit: int) -> Stmt:
-    return Stmt("SELECT seq, time FROM events WHERE namespace_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (namespace_id, after, limit))
+    """The oldest numbered batches after `after` (their first seq, size and time)."""
+    return Stmt("SELECT batch_id, seq, count, created_at FROM event_batches WHERE namespace_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?", (namespace_id, after, limit))
 
 
-def delete_through(namespace_id: str, after: int, through: int) -> Stmt:
-    return Stmt("DELETE FROM events WHERE namespace_id = ? AND seq > ? AND seq <= ?", (namespace_id, after, through))
+def delete_batches(batch_ids: list[str]) -> list[Stmt]:
+    marks = placeholders(len(batch_ids))
+    return [Stmt(f"DELETE FROM events WHERE batch_id IN ({marks})", batch_ids),
+            Stmt(f"DELETE FROM event_batches WHERE batch_id IN ({marks})", batch_ids)]
 
 
 def set_pruned(namespace_id: str, through: int) -> Stmt:
