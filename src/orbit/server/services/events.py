@@ -1,15 +1,15 @@
 """The event feed: numbering committed events per namespace, reading them by `seq`, retention.
 
-Why a reader never sees a gap filled later: writers insert events with `seq` NULL in the
-transaction of their change. A sequencer pass takes the namespace's `event_sequencers` row
-FOR UPDATE SKIP LOCKED, reads the namespace's unnumbered events — a plain read, so only
-committed ones — and gives them, in id order, the next consecutive seqs after `last_seq`,
-all in one transaction. Passes of one namespace are serialised by that row, so seqs are
-handed out in the order the passes commit, each larger than every seq before it. An
-event whose transaction commits late (it started early, or on a slow node) is simply
-numbered by a later pass, with a larger seq. A reader only returns events with
-`seq <= last_seq` as it read it: every one of those was numbered by a committed pass,
-so nothing can later appear below a cursor it has handed out.
+Why a reader never sees a gap filled later: a transaction writes its events of a namespace
+as one batch (`event_batches`, `seq` NULL). A sequencer pass takes the namespace's
+`event_sequencers` row FOR UPDATE SKIP LOCKED, reads the namespace's unnumbered batches — a
+plain read, so only committed ones — and gives each the next consecutive seqs after
+`last_seq` (its events follow the batch's first seq in id order), all in one transaction.
+Passes of one namespace are serialised by that row, so seqs are handed out in the order the
+passes commit, each larger than every seq before it. A batch whose transaction commits late
+(it started early, or on a slow node) is simply numbered by a later pass, with larger seqs.
+A reader only returns events with `seq <= last_seq` as it read it: every one of those was
+numbered by a committed pass, so nothing can later appear below a cursor it has handed out.
 """
 
 from __future__ import annotations
