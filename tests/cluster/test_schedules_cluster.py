@@ -52,7 +52,8 @@ def _accounted(runs: list[dict], tasks: list[dict]) -> None:
     assert len(set(points)) == len(points)
     assert all(b - a == timedelta(seconds=1) for a, b in zip(points, points[1:])), points
     submitted = {r["task_id"] for r in runs if r["outcome"] == "SUBMITTED"}
-    assert submitted == {t["id"] for t in tasks}
+    # The nodes go on generating between the two reads: compare up to the last point read first.
+    assert submitted == {t["id"] for t in tasks if t["trigger_at"] <= points[-1]}
     assert all(r["reason"] in ("MISFIRE", "OVERLAP") for r in runs if r["outcome"] == "SKIPPED")
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -50,7 +51,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,6 +101,24 @@ def _seconds_until(ts: datetime | None) -> float | None:
     return (ts - datetime.now(UTC)).total_seconds()
 
 
+@contextlib.contextmanager
+def _attempt_span(ctx: TaskContext) -> Iterator[Any]:
+    """With OpenTelemetry installed, a span for the attempt, child of the submit's trace context
+    (`ctx.traceparent`), current while the handler starts; yields None without it."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.propagate import extract
+    except ImportError:
+        yield None
+        return
+    parent = extract({"traceparent": ctx.traceparent}) if ctx.traceparent else None
+    span = trace.get_tracer("orbit.worker").start_span(
+        "orbit.attempt", context=parent, kind=trace.SpanKind.CONSUMER,
+        attributes={"orbit.task_id": ctx.id, "orbit.queue_id": ctx.queue_id, "orbit.attempt": ctx.attempt})
+    with trace.use_span(span, end_on_exit=False):
+        yield span
+
+
 @dataclass
 class TaskContext:
     """What a handler gets for one started attempt.
@@ -124,6 +143,8 @@ class TaskContext:
     resource_keys: list[str] = field(default_factory=list)
     started_at: datetime | None = None
     start_receipt_id: str | None = None
+    # The W3C trace context of the request that submitted the task, when it carried one.
+    traceparent: str | None = None
 
     @property
     def task_id(self) -> str:
@@ -753,6 +774,7 @@ class Worker:
             resource_keys=list(lease.get("resource_keys") or []),
             started_at=_parse_ts(receipt.get("started_at")),
             start_receipt_id=receipt.get("start_receipt_id"),
+            traceparent=lease.get("traceparent"),
         )
 
     async def _execute(self, st: _Lease) -> None:
@@ -762,11 +784,16 @@ class Worker:
         st.ctx = self._make_context(st)
         started = time.monotonic()
         _log(logging.INFO, "task_started", task_id=st.task_id, lease_id=st.lease_id, attempt=st.ctx.attempt)
-        if st.is_async:
-            st.handler = asyncio.ensure_future(self._handler(st.ctx))
-        else:
-            assert self._executor is not None
-            st.handler = asyncio.get_running_loop().run_in_executor(self._executor, self._handler, st.ctx)
+        with _attempt_span(st.ctx) as span:
+            # The handler runs in a copy of this context: with OpenTelemetry, inside the attempt's span.
+            if st.is_async:
+                st.handler = asyncio.ensure_future(self._handler(st.ctx))
+            else:
+                assert self._executor is not None
+                st.handler = asyncio.get_running_loop().run_in_executor(
+                    self._executor, contextvars.copy_context().run, self._handler, st.ctx)
+        if span is not None:
+            st.handler.add_done_callback(lambda _: span.end())
         if st.cancel_requested:  # a cancel push arrived between Start and now
             self._set_event(st)
             self._arm_grace(st)

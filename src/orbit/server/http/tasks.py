@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import (
@@ -16,6 +18,7 @@ from ...models import (
     TaskBlockers,
     TaskPage,
 )
+from ..core.tracing import parse_traceparent
 from ..errors import invalid_argument
 from ..services import live
 from ..services import tasks as svc
@@ -45,7 +48,8 @@ async def submit_task(request: Request, queue_id: str):
         who = call.require("tasks:submit", queue_id=queue_id)
         raw, req = await call.body(SubmitTaskRequest)
         svc.check_payload_size(req, call.node.settings.max_payload_bytes)
-        cmd = svc.SubmitCommand(call.idempotency_key(), svc.submit_digest(queue_id, raw), req, raw)
+        cmd = svc.SubmitCommand(call.idempotency_key(), svc.submit_digest(queue_id, raw), req, raw,
+                                traceparent=parse_traceparent(request.headers.get("traceparent")))
         queued = svc.QueuedSubmit(who, queue_id, cmd, call.verified)
         admission = await call.node.submits.submit(queued.group, queued)
         call.revocation_checked(admission.error)
@@ -67,7 +71,9 @@ async def submit_batch(request: Request, queue_id: str):
         who = call.require("tasks:submit", queue_id=queue_id)
         raw, req = await call.body(BatchSubmitRequest)
         limit = call.node.settings.max_payload_bytes
-        commands = [svc.batch_item_command(queue_id, i, item, limit) for i, item in enumerate(req.tasks)]
+        trace = parse_traceparent(request.headers.get("traceparent"))
+        commands = [replace(svc.batch_item_command(queue_id, i, item, limit), traceparent=trace)
+                    for i, item in enumerate(req.tasks)]
         scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, call.idempotency_key(),
                                  request_digest({"queue_id": queue_id}, raw))
         outcome = await svc.submit_batch(call.db, who, queue_id, scope, commands)

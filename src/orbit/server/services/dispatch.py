@@ -91,6 +91,7 @@ def lease_json(lease: dict[str, Any], task: Any, payload: Any) -> dict[str, Any]
         "start_deadline_at": format_ts(task["start_deadline_at"]),
         "deadline_at": format_ts(task["deadline_at"]),
         "resource_keys": _j(task["resource_keys"]),
+        "traceparent": task["traceparent"],
     }
 
 

@@ -217,6 +217,7 @@ def _task_row(s: dict[str, Any], trigger_at: datetime, now: datetime, keys: Name
         "cancel_reason": None, "sweep_at": next_sweep(states.WAITING, 0, deadline_at, start_deadline_at, False),
         "result": None, "error": None, "created_at": now, "updated_at": now, "finished_at": None,
         "resource_key_ids": orjson.dumps(key_ids).decode() if key_ids else None, "parked_on": parked_on,
+        "traceparent": None,
     }
 
 

@@ -156,6 +156,7 @@ class SubmitCommand:
     req: SubmitTaskRequest | None
     raw: dict[str, Any] | None = None
     error: DomainError | None = None
+    traceparent: str | None = None  # the request's trace context, kept for the worker (not identity)
 
 
 def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
@@ -242,6 +243,7 @@ def _new_task_row(
         "finished_at": None,
         "resource_key_ids": orjson.dumps(key_ids).decode() if key_ids else None,
         "parked_on": parked_on,
+        "traceparent": None,
     }
 
 
@@ -362,6 +364,7 @@ async def admit(
         try:
             row = _new_task_row(principal, queue_id, cmd.req, now, orjson.dumps(cmd.req.payload).decode(),
                                 named_keys)
+            row["traceparent"] = cmd.traceparent
         except TimeRuleError as exc:
             results[i] = Admission(error=invalid_argument(str(exc), exc.field))
             continue

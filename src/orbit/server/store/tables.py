@@ -189,6 +189,7 @@ tasks = Table(
     Column("sweep_at", Ts, nullable=True),
     Column("resource_key_ids", JsonText, nullable=True),
     Column("parked_on", Id, nullable=True),
+    Column("traceparent", Short, nullable=True),
     Index("ix_tasks_queue_id", "queue_id", "id"),
     Index("ix_tasks_queue_state", "queue_id", "state", "id"),
     Index("ix_tasks_sweep_at", "sweep_at"),

@@ -52,7 +52,7 @@ def granted(lease_ids: list[str]) -> Stmt:
     """What a claim told the worker about its leases: lease rows (claim time) and task rows
     (immutable fields), for answering a resent claim."""
     return Stmt("SELECT l.id, l.attempt, l.leased_at, t.id AS task_id, t.queue_id, t.priority, t.start_deadline_at, "
-                "t.deadline_at, t.resource_keys, t.payload FROM leases l JOIN tasks t ON t.id = l.task_id "
+                "t.deadline_at, t.resource_keys, t.traceparent, t.payload FROM leases l JOIN tasks t ON t.id = l.task_id "
                 f"WHERE l.id IN ({placeholders(len(lease_ids))})", lease_ids)
 
 

@@ -14,7 +14,7 @@ from ..tx import Stmt, Tx, placeholders
 COLUMNS = ("id", "namespace_id", "application_id", "queue_id", "schedule_id", "trigger_at", "state", "payload",
            "priority", "resource_keys", "max_attempts", "attempts", "retry_policy", "on_lease_lost", "available_at",
            "start_deadline_at", "deadline_at", "cancel_requested", "cancel_reason", "sweep_at", "result", "error",
-           "created_at", "updated_at", "finished_at", "resource_key_ids", "parked_on")
+           "created_at", "updated_at", "finished_at", "resource_key_ids", "parked_on", "traceparent")
 _ALL = ", ".join(COLUMNS)
 _WITHOUT_PAYLOAD = ", ".join(c for c in COLUMNS if c != "payload")
 _INSERT = Stmt(f"INSERT INTO tasks ({_ALL}) VALUES ({placeholders(len(COLUMNS))})")
@@ -114,7 +114,7 @@ _DISPATCH_COLS = ("id, namespace_id, application_id, queue_id, state, priority, 
 
 
 _CLAIM_COLS = ("id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
-               "resource_key_ids, available_at, start_deadline_at, deadline_at")
+               "resource_key_ids, available_at, start_deadline_at, deadline_at, traceparent")
 ALL_LEVELS = (1 << 10) - 1
 
 
