@@ -40,6 +40,19 @@ async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> No
                                 params))
 
 
+async def insert_named(tx: Tx, table: str, row: dict[str, Any]) -> bool:
+    """Insert a named resource (every column of `row`) now; False when its name is taken in the
+    namespace (a concurrent create: the unique name index refused it)."""
+    try:
+        await tx.count(Stmt(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({placeholders(len(row))})",
+                            list(row.values())))
+    except Exception as exc:
+        if is_duplicate_key(exc):
+            return False
+        raise
+    return True
+
+
 async def insert_once(tx: Tx, stmt: Stmt, rows: Sequence[Sequence[Any]], *, deferred: bool) -> None:
     """Insert rows whose keys were found free earlier in the transaction, now or (`deferred`) with
     the next round trip. A concurrent transaction that took a key meanwhile fails the insert on

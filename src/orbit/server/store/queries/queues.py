@@ -4,24 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dialect import is_duplicate_key
 from ..tx import Stmt, Tx, placeholders
+from .bulk import insert_named
 
 # A queue row is read whole: its controls are columns named after the API's fields (see
 # services/queues.py), so a new control needs no change here.
 
 
 async def insert(tx: Tx, row: dict[str, Any]) -> bool:
-    """Insert the queue (every column of `row`) now; False when its name is taken in the
-    namespace (a concurrent create)."""
-    try:
-        await tx.count(Stmt(f"INSERT INTO queues ({', '.join(row)}) VALUES ({placeholders(len(row))})",
-                            list(row.values())))
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            return False
-        raise
-    return True
+    """Insert the queue; False when its name is taken in the namespace (a concurrent create)."""
+    return await insert_named(tx, "queues", row)
 
 
 def name_taken(namespace_id: str, name: str) -> Stmt:

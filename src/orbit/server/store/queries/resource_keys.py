@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dialect import is_duplicate_key
-from ..tx import Stmt, Tx, placeholders
+from ..tx import Stmt, Tx
+from .bulk import insert_named
 
 # A key row is read whole: its controls are columns named after the API's fields (see
 # services/resource_keys.py), so a new control needs no change here.
@@ -15,16 +15,8 @@ _WITH_USAGE = ("SELECT k.*, ku.permits_in_use FROM resource_keys k "
 
 
 async def insert(tx: Tx, row: dict[str, Any]) -> bool:
-    """Insert the key (every column of `row`) now; False when its name is taken in the namespace
-    (a concurrent create)."""
-    try:
-        await tx.count(Stmt(f"INSERT INTO resource_keys ({', '.join(row)}) VALUES ({placeholders(len(row))})",
-                            list(row.values())))
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            return False
-        raise
-    return True
+    """Insert the key; False when its name is taken in the namespace (a concurrent create)."""
+    return await insert_named(tx, "resource_keys", row)
 
 
 def name_taken(namespace_id: str, name: str) -> Stmt:

@@ -6,21 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..dialect import is_duplicate_key
 from ..tx import Stmt, Tx, placeholders
+from .bulk import insert_named
 
 
 async def insert(tx: Tx, row: dict[str, Any]) -> bool:
-    """Insert the schedule (every column of `row`) now; False when its name is taken in the
-    namespace (a concurrent create)."""
-    try:
-        await tx.count(Stmt(f"INSERT INTO schedules ({', '.join(row)}) VALUES ({placeholders(len(row))})",
-                            list(row.values())))
-    except Exception as exc:
-        if is_duplicate_key(exc):
-            return False
-        raise
-    return True
+    """Insert the schedule; False when its name is taken in the namespace (a concurrent create)."""
+    return await insert_named(tx, "schedules", row)
 
 
 def name_taken(namespace_id: str, name: str) -> Stmt:
