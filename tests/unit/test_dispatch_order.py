@@ -17,7 +17,6 @@ from orbit.server.core.dispatch_order import (
     fair_room,
     fair_share,
     in_dispatch_order,
-    unpark_count,
 )
 
 NOW = datetime(2026, 11, 29, 22, 0, 0)
@@ -256,27 +255,6 @@ def test_choose_never_exceeds_room_nor_any_keys_free_permits(candidates, room, k
 @given(st.integers(0, 50), st.integers(0, 60))
 def test_keyless_candidates_are_all_taken_up_to_room(n, room):
     assert choose([[]] * n, room, {}) == Choice(list(range(min(n, room))), {})
-
-
-# ---------------------------------------------------------------- unpark_count
-
-
-@pytest.mark.parametrize(("max_concurrency", "in_use", "parked", "expected"), [
-    (5, 2, 10, 3),  # one per free permit
-    (5, 2, 1, 1),  # no more than are parked
-    (5, 5, 4, 0),  # saturated
-    (2, 7, 4, 0),  # over-saturated after a lowered limit: never negative
-    (5, 0, 0, 0),
-])
-def test_unpark_count(max_concurrency, in_use, parked, expected):
-    assert unpark_count(max_concurrency, in_use, parked) == expected
-
-
-@given(st.integers(1, 100), st.integers(0, 200), st.integers(0, 200))
-def test_unpark_count_never_overfills_a_key(max_concurrency, in_use, parked):
-    n = unpark_count(max_concurrency, in_use, parked)
-    assert 0 <= n <= parked
-    assert n == 0 or in_use + n <= max_concurrency
 
 
 # ---------------------------------------------------------------- node fairness

@@ -8,10 +8,10 @@ time, and passes them here. The same rules as dispatch (`core.limits`,
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
-from .dispatch_order import ACTIVE_WINDOW_S, WANTING_WINDOW_S, fair_share
+from .dispatch_order import fair_share, is_active, is_waiting
 from .rate_window import WINDOW, RateWindow, claim_room
 from .timefmt import format_ts
 
@@ -43,8 +43,7 @@ class NodeUse(NamedTuple):
 
 def active(nodes: list[NodeUse], now: datetime) -> list[NodeUse]:
     """The nodes active on a queue: one of their sessions claimed on it within the last 10 s."""
-    since = now - timedelta(seconds=ACTIVE_WINDOW_S)
-    return [n for n in nodes if n.last_claim_at >= since]
+    return [n for n in nodes if is_active(n.last_claim_at, now)]
 
 
 def _layer(name: str, layer: Layer, now: datetime) -> list[dict[str, Any]]:
@@ -88,8 +87,7 @@ def blockers(*, state: str, available_at: datetime, now: datetime, queue: Layer,
         out.append({"layer": "workers", "control": "no_active_workers"})
     elif len(live) >= 2:
         share = fair_share(queue.max_concurrency, len(live))
-        waiting = [n for n in live if n.wanting_at is not None
-                   and n.wanting_at >= now - timedelta(seconds=WANTING_WINDOW_S)]
+        waiting = [n for n in live if is_waiting(n.wanting_at, now)]
         # Every node that wants work holds its fair share while another one waits too.
         if len(waiting) >= 2 and all(n.in_flight >= share for n in waiting):
             out.append({"layer": "fairness", "control": "max_concurrency", "limit": share,

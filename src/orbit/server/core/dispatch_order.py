@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 MAX_PRIORITY = 9
@@ -74,15 +74,20 @@ def choose(candidate_keys: Sequence[Sequence[str]], room: int, keys: dict[str, K
     return Choice(taken, parked)
 
 
-def unpark_count(max_concurrency: int, in_use: int, parked: int) -> int:
-    """How many tasks parked on a key go back to the claimable part: one per free permit."""
-    return max(0, min(parked, max_concurrency - in_use))
-
-
 # ---------------------------------------------------------------- node fairness
 
 ACTIVE_WINDOW_S = 10  # a node that claimed on a queue within this is active on it
 WANTING_WINDOW_S = 1.0  # a node whose unserved claim is this recent is still waiting (claims re-poll faster)
+
+
+def is_active(last_claim_at: datetime, now: datetime) -> bool:
+    """A node is active on a queue when one of its sessions claimed on it within the last 10 s."""
+    return last_claim_at >= now - timedelta(seconds=ACTIVE_WINDOW_S)
+
+
+def is_waiting(wanting_at: datetime | None, now: datetime) -> bool:
+    """A node still waits while its latest unserved claim is recent (waiting claims re-poll faster)."""
+    return wanting_at is not None and wanting_at >= now - timedelta(seconds=WANTING_WINDOW_S)
 
 
 def fair_share(max_concurrency: int, active_nodes: int) -> int:

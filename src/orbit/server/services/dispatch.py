@@ -102,11 +102,7 @@ def _paused(q: dict[str, Any]) -> bool:
 
 def _limits(q: dict[str, Any], usage: dict[str, Any]) -> QueueLimits:
     return QueueLimits(_paused(q), int(q["max_concurrency"]), int(q["rate_per_second"]),
-                       int(usage["permits_in_use"]), _window(usage))
-
-
-def _window(usage: dict[str, Any]) -> RateWindow:
-    return RateWindow(usage["rate_window_start"], int(usage["rate_window_used"]), int(usage["rate_reserved"]))
+                       int(usage["permits_in_use"]), usage_q.window_of(usage))
 
 
 # ------------------------------------------------------------------ claim
@@ -235,7 +231,8 @@ def _wanted(commands: list[ClaimCommand], slots: list[int]) -> int:
 def _application_limits(q: dict[str, Any], usage: dict[str, Any]) -> QueueLimits:
     """The application layer's limits, read with a queue of the application."""
     return QueueLimits(bool(q["application_paused"]), int(q["application_max_concurrency"]),
-                       int(q["application_rate_per_second"]), int(usage["permits_in_use"]), _window(usage))
+                       int(q["application_rate_per_second"]), int(usage["permits_in_use"]),
+                       usage_q.window_of(usage))
 
 
 def _application_room(commands: list[ClaimCommand], live: dict[str, list[int]], controls: dict[str, Any],
@@ -262,10 +259,8 @@ def _fair_caps(commands: list[ClaimCommand], slots: list[int], max_concurrency: 
     """Each claim's most leases: its `max_tasks`, within its node's fair share of the queue while
     another active node waits (a node claiming in this same transaction waits too)."""
     claiming = {commands[i].who.worker_node_id for i in slots}
-    active = claiming | {n for n, r in nodes.items()
-                         if r["last_claim_at"] >= now - timedelta(seconds=fair.ACTIVE_WINDOW_S)}
-    waiting = claiming | {n for n, r in nodes.items() if r["wanting_at"] is not None
-                          and r["wanting_at"] >= now - timedelta(seconds=fair.WANTING_WINDOW_S)}
+    active = claiming | {n for n, r in nodes.items() if fair.is_active(r["last_claim_at"], now)}
+    waiting = claiming | {n for n, r in nodes.items() if fair.is_waiting(r["wanting_at"], now)}
     holding = {n: int(r["in_flight"]) for n, r in nodes.items()}
     caps = []
     for i in slots:
@@ -760,8 +755,8 @@ async def _read_windows(tx: Tx, keys: list[Window], *, lock: bool) -> dict[Windo
 
 
 def _windows(queue_rows: list[dict[str, Any]], app_rows: list[dict[str, Any]]) -> dict[Window, RateWindow]:
-    out = {(QUEUE, r["queue_id"]): _window(r) for r in queue_rows}
-    out.update({(APPLICATION, r["application_id"]): _window(r) for r in app_rows})
+    out = {(QUEUE, r["queue_id"]): usage_q.window_of(r) for r in queue_rows}
+    out.update({(APPLICATION, r["application_id"]): usage_q.window_of(r) for r in app_rows})
     return out
 
 

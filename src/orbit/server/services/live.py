@@ -7,7 +7,6 @@ from typing import Any
 
 from ..core import blockers as rules
 from ..core.ids import is_id
-from ..core.rate_window import RateWindow
 from ..core.timefmt import format_ts
 from ..errors import not_found
 from ..store.db import Database
@@ -17,10 +16,6 @@ from ..store.queries import tasks as task_q
 from ..store.queries import usage as usage_q
 from ..store.tx import Tx
 from .auth import Principal
-
-
-def _window(row: Any) -> RateWindow:
-    return RateWindow(row["rate_window_start"], int(row["rate_window_used"]), int(row["rate_reserved"]))
 
 
 def _nodes(rows: list[dict[str, Any]]) -> list[rules.NodeUse]:
@@ -42,7 +37,7 @@ async def queue_usage(db: Database, principal: Principal, queue_id: str) -> dict
         (w,), (u,) = waiting, usage
         now = w["db_now"]
         per_state = {r["state"]: int(r["n"]) for r in held}
-        window = _window(u)
+        window = usage_q.window_of(u)
         return {
             "queue_id": queue_id,
             "at": format_ts(now),
@@ -82,9 +77,10 @@ async def task_blockers(db: Database, principal: Principal, task_id: str) -> dic
         (q,), (u,), (au,), nodes, *keys = await tx.rows_multi(reads)
         now = u["db_now"]
         queue = rules.Layer(bool(q["paused"]), q["retired_at"] is not None, int(q["max_concurrency"]),
-                            int(q["rate_per_second"]), int(u["permits_in_use"]), _window(u))
+                            int(q["rate_per_second"]), int(u["permits_in_use"]), usage_q.window_of(u))
         app = rules.Layer(bool(q["application_paused"]), False, int(q["application_max_concurrency"]),
-                          int(q["application_rate_per_second"]), int(au["permits_in_use"]), _window(au))
+                          int(q["application_rate_per_second"]), int(au["permits_in_use"]),
+                          usage_q.window_of(au))
         described = [rules.Key(k["name"], int(k["max_concurrency"]), int(k["permits_in_use"]),
                                k["retired_at"] is not None) for k in (keys[0] if keys else [])]
         return {"task_id": task_id, "state": task["state"], "at": format_ts(now),

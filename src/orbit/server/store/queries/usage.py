@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from ...core.rate_window import RateWindow
 from ..dialect import PlanNoLongerHolds
 from ..tx import Stmt, Tx, placeholders
 
@@ -37,6 +38,11 @@ def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False)
     now = ", {NOW} AS db_now" if clock else ""
     return Stmt(f"SELECT *{now} FROM queue_usage WHERE queue_id IN ({placeholders(len(queue_ids))}) "
                 f"ORDER BY queue_id{'{FOR_UPDATE}' if lock else ''}", queue_ids)
+
+
+def window_of(row: Any) -> RateWindow:
+    """The rate window a queue's or an application's usage row holds."""
+    return RateWindow(row["rate_window_start"], int(row["rate_window_used"]), int(row["rate_reserved"]))
 
 
 def queue_unfinished(queue_id: str, *, lock: bool = False) -> Stmt:
