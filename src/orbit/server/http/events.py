@@ -24,9 +24,11 @@ async def list_events(
     limit: int = Query(svc.DEFAULT_LIMIT, ge=1, le=svc.MAX_LIMIT),
     wait_ms: int = Query(0, ge=0, le=svc.MAX_WAIT_MS),
     type: list[str] = Query([], description="event types, repeatable or comma-separated; `schedule.*` for a family"),
+    tail: bool = Query(False, description="read the newest `limit` seqs instead of those after `after` "
+                       "(a live view's first page); `next_after` follows on from there"),
 ):
     who = call.require("events:read", all_queues=True)
     if not after.isdigit() or len(after) > 20 or int(after) >= 2**64:
         raise invalid_argument("after: a decimal seq (uint64)", "after")
     return call.answer(await svc.read_events(call.db, who, call.node.sequencer, after=int(after), limit=limit,
-                                             wait_ms=wait_ms, types=type))
+                                             wait_ms=wait_ms, types=type, tail=tail))

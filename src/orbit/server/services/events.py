@@ -153,17 +153,22 @@ def _wanted(type_: str, exact: list[str], prefixes: list[str]) -> bool:
 
 
 async def read_events(db: Database, principal: Principal, sequencer: Sequencer | None, *, after: int, limit: int,
-                      wait_ms: int, types: list[str]) -> dict[str, Any]:
+                      wait_ms: int, types: list[str], tail: bool = False) -> dict[str, Any]:
     """Events with `seq > after`, oldest first; waits up to `wait_ms` for one when none is newer.
     A page looks at the next `limit` seqs at most; `next_after` is the cursor to persist: past
-    every event returned, and past every event of other types it looked at."""
+    every event returned, and past every event of other types it looked at. With `tail`, the
+    page is the last `limit` seqs instead, so a live view starts at the newest events without
+    walking the whole retained feed."""
     exact, prefixes = parse_types(types)
     deadline = time.monotonic() + wait_ms / 1000
     ns = principal.namespace_id
     while True:
         async def read(tx: Tx) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+            nonlocal after
             seq = await tx.rows(ev_q.sequencer(ns))
             last, pruned = (int(seq[0]["last_seq"]), int(seq[0]["pruned_through"])) if seq else (0, 0)
+            if tail:
+                after = max(pruned, last - limit)
             if after < pruned:
                 raise DomainError("CURSOR_EXPIRED", "events after this cursor are no longer retained; "
                                   "restart from after=" + str(pruned), details={"pruned_through": str(pruned)})

@@ -116,6 +116,7 @@ def attempts(task_id: str, *, after_number: int | None, limit: int) -> Stmt:
     """The task's started leases in attempt order."""
     after = " AND attempt > ?" if after_number is not None else ""
     params = (task_id, after_number, limit) if after_number is not None else (task_id, limit)
-    return Stmt("SELECT attempt, worker_node_id, session_id, state, leased_at, started_at, ended_at, outcome, error, "
+    return Stmt("SELECT id, attempt, worker_node_id, session_id, state, leased_at, expires_at, started_at, ended_at, "
+                "outcome, error, "
                 f"late_reports FROM leases WHERE task_id = ? AND started_at IS NOT NULL{after} "
                 "ORDER BY attempt LIMIT ?", params)
