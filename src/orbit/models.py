@@ -49,7 +49,10 @@ __all__ = [
     "Queue",
     "QueuePage",
     "RetireQueueRequest",
+    "QueueThroughput",
     "QueueUsage",
+    "ThroughputCounts",
+    "ThroughputPoint",
     "RateWindowUse",
     "ActiveNode",
     "TaskBlockers",
@@ -495,6 +498,36 @@ class QueueUsage(BaseModel):
     in_flight: U64
     rate_window: RateWindowUse | None = None
     active_nodes: list[ActiveNode] = []
+
+
+class ThroughputCounts(BaseModel):
+    """Starts authorized, tasks ended SUCCEEDED, tasks ended FAILED."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    started: U64
+    succeeded: U64
+    failed: U64
+
+
+class ThroughputPoint(ThroughputCounts):
+    """What a queue counted in one bucket, starting at `at` (the last one is still running)."""
+
+    at: datetime
+
+
+class QueueThroughput(BaseModel):
+    """A queue's throughput history at the database clock (`at`): its cumulative counters
+    (`totals`) and, per `interval_seconds` bucket of the window, oldest first, what it counted
+    (zero where nothing was, or where no earlier sample of the counters is kept)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    queue_id: str
+    at: datetime | None = None
+    interval_seconds: int
+    totals: ThroughputCounts
+    points: list[ThroughputPoint] = []
 
 
 class Blocker(BaseModel):

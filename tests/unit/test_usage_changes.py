@@ -38,3 +38,20 @@ def test_counters_that_cancel_out_write_nothing():
     u.add("q", "a", unfinished=1)
     u.add("q", "a", unfinished=-1)
     assert u.queues["q"].items() == [] and u.apps["a"].items() == []
+
+
+def test_throughput_counters_count_on_the_queues_row_only():
+    u = UsageChanges()
+    u.add("q", "a", permits_in_use=-1, unfinished=-1)
+    u.count_started("q")
+    u.count_ended("q", "SUCCEEDED")
+    u.count_ended("q", "FAILED")
+    u.count_ended("q", "FAILED")
+    u.count_ended("q", "CANCELLED")  # no counter of its own
+    u.count_queue("q2", started_total=2)
+    assert u.queues["q"].items() == [("unfinished", -1), ("permits_in_use", -1), ("failed_total", 2),
+                                     ("started_total", 1), ("succeeded_total", 1)]
+    assert u.apps["a"].items() == [("unfinished", -1), ("permits_in_use", -1)]
+    assert u.queues["q2"].items() == [("started_total", 2)] and "q2" not in u.apps
+    u.count_ended("q3", "CANCELLED")
+    assert "q3" not in u.queues  # nothing to write

@@ -52,6 +52,7 @@ from ..models import (
     CreateScheduleResult,
     Queue,
     QueuePage,
+    QueueThroughput,
     QueueUsage,
     ResourceKey,
     ResourceKeyPage,
@@ -247,6 +248,13 @@ class _Builder:
     @staticmethod
     def get_queue_usage(queue_id: str) -> _Call[QueueUsage]:
         return _get(f"/v1/queues/{_segment(queue_id, 'queue_id')}/usage", _as(QueueUsage))
+
+    @staticmethod
+    def get_queue_throughput(queue_id: str, minutes: int) -> _Call[QueueThroughput]:
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 60:
+            raise ValueError("minutes must be an integer between 1 and 60")
+        return _get(f"/v1/queues/{_segment(queue_id, 'queue_id')}/throughput", _as(QueueThroughput),
+                    [("minutes", str(minutes))])
 
     @staticmethod
     def list_queues_page(
@@ -632,6 +640,12 @@ class Client(_ClientBase):
         current one-second rate window (None when none is open) and the worker nodes active on it."""
         return self._run(self._build.get_queue_usage(queue_id))
 
+    def get_queue_throughput(self, queue_id: str, minutes: int = 10) -> QueueThroughput:
+        """A queue's throughput over the last `minutes` (1-60): its cumulative counters (`totals`:
+        Starts authorized, tasks ended SUCCEEDED, tasks ended FAILED) and what it counted in each
+        5-second bucket (`points`, oldest first, the last one still running)."""
+        return self._run(self._build.get_queue_throughput(queue_id, minutes))
+
     def list_queues(
         self, name: str | None = None, include_retired: bool = False, page_size: int = 100
     ) -> Iterator[Queue]:
@@ -952,6 +966,9 @@ class AsyncClient(_ClientBase):
 
     async def get_queue_usage(self, queue_id: str) -> QueueUsage:
         return await self._run(self._build.get_queue_usage(queue_id))
+
+    async def get_queue_throughput(self, queue_id: str, minutes: int = 10) -> QueueThroughput:
+        return await self._run(self._build.get_queue_throughput(queue_id, minutes))
 
     def list_queues(
         self, name: str | None = None, include_retired: bool = False, page_size: int = 100

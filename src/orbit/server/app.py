@@ -29,7 +29,7 @@ from .http.draining import DrainingGate
 from .http.openapi import install_openapi
 from .loops import BackgroundLoops
 from .node import Node
-from .services import dispatch, idempotency, scheduler
+from .services import dispatch, idempotency, scheduler, throughput
 from .services import events as event_service
 from .services import metrics
 from .services import tasks as task_service
@@ -187,6 +187,8 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
             events_kept = timedelta(seconds=settings.event_retention_seconds)
             loops.every(60, "event_retention", lambda: event_service.prune(
                 database, retention=events_kept, max_rows=settings.event_retention_rows))
+            loops.every(5, "queue_samples", lambda: throughput.sample(database))
+            loops.every(60, "queue_samples_prune", lambda: throughput.prune(database))
         # Part of dispatch, not housekeeping: tasks parked on a resource key wait for it.
         loops.every(node.unparker.sweep_s, "unpark", node.unpark, wake=node.unparker.wake)
         # Part of the event feed: events are readable once numbered.

@@ -10,10 +10,12 @@ from ...models import (
     CreateQueueResult,
     Queue,
     QueuePage,
+    QueueThroughput,
     QueueUsage,
     RetireQueueRequest,
 )
-from ..services import live
+from ..core import throughput as rules
+from ..services import live, throughput
 from ..services import queues as svc
 from .common import Call, authenticated, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
@@ -76,6 +78,21 @@ async def get_queue_usage(request: Request, queue_id: str):
     async with Call(request) as call:
         who = call.require("queues:read")
         return call.answer(await live.queue_usage(call.db, who, queue_id))
+
+
+@router.get(
+    "/{queue_id}/throughput",
+    responses={200: {"model": Envelope[QueueThroughput]}, **error_responses(400, 401, 403, 404, 503)},
+    summary="A queue's throughput history: Starts, successes and failures per 5-second bucket",
+)
+async def get_queue_throughput(
+    queue_id: str,
+    call: Call = Depends(authenticated),
+    minutes: int = Query(rules.DEFAULT_MINUTES, ge=rules.MIN_MINUTES, le=rules.MAX_MINUTES,
+                         description="the window: this many minutes of buckets, ending with the current one"),
+):
+    who = call.require("queues:read")
+    return call.answer(await throughput.queue_throughput(call.db, who, queue_id, minutes))
 
 
 @router.post(

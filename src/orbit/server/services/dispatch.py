@@ -654,6 +654,18 @@ class _Writes:
     def lease(self, lease_id: str, **values: Any) -> None:
         self.leases.setdefault(lease_id, {}).update(values)
 
+    def started(self, queue_id: str, waited: timedelta | None) -> None:
+        """An attempt's Start was authorized: the metrics, and the queue's throughput counter in
+        the UPDATE of its usage row that the Start writes anyway."""
+        self.tally.started(waited)
+        self.usage.count_started(queue_id)
+
+    def task_ended(self, task: dict[str, Any], state: str) -> None:
+        """A task ended in `state`: the metrics, and the queue's throughput counter (its usage
+        row is written anyway: the task's unfinished slot goes back)."""
+        self.tally.task_ended(state)
+        self.usage.count_ended(task["queue_id"], state)
+
     async def flush(self, tx: Tx) -> None:
         await self.flush_rows(tx)
         await self.usage.apply(tx)
@@ -683,7 +695,7 @@ def _end_task_failed(w: _Writes, task: dict[str, Any], now: datetime, code: str,
     w.task(task["id"], state=states.FAILED, error=orjson.dumps(error).decode(), updated_at=now, finished_at=now)
     _finished(w, task)
     w.events.append(_task_event(task, "task.failed", states.FAILED, error=error))
-    w.tally.task_ended(states.FAILED)
+    w.task_ended(task, states.FAILED)
 
 
 def _fail_unstarted(w: _Writes, lease: dict[str, Any], task: dict[str, Any], now: datetime, code: str,
@@ -838,7 +850,7 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
                      reserved=False)
         task.update(attempts=attempt)
         w.events.append(_task_event(task, "task.started", states.RUNNING, attempt=attempt, lease_id=lease["id"]))
-        w.tally.started(now - task["created_at"] if attempt == 1 else None)
+        w.started(qid, now - task["created_at"] if attempt == 1 else None)
         replies.append(receipt)
     return _StartPlan(replies, w, counted, rate_limited)
 
@@ -1008,7 +1020,7 @@ def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Com
                finished_at=now, error=None)
         _finished(w, task)
         w.events.append(_task_event(task, "task.succeeded", states.SUCCEEDED, attempt=lease["attempt"]))
-        w.tally.task_ended(states.SUCCEEDED)
+        w.task_ended(task, states.SUCCEEDED)
         answer, outcome = {"task_state": states.SUCCEEDED}, "SUCCEEDED"
     elif verdict.kind == "deadline":
         _end_task_failed(w, task, now, "DEADLINE_EXCEEDED", verdict.message)
@@ -1017,7 +1029,7 @@ def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Com
         w.task(task["id"], state=states.CANCELLED, updated_at=now, finished_at=now)
         _finished(w, task)
         w.events.append(_task_event(task, "task.cancelled", states.CANCELLED, reason=task["cancel_reason"]))
-        w.tally.task_ended(states.CANCELLED)
+        w.task_ended(task, states.CANCELLED)
         answer, outcome = {"task_state": states.CANCELLED}, "CANCELLED"
     else:
         error = {"code": "HANDLER_ERROR", "message": verdict.message}

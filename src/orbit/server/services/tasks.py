@@ -706,6 +706,8 @@ async def _task_write(db: Database, w: WriteRequest, task_id: str, action: str, 
         await reserve(tx, scope)
         change = await decide(tx, row, await tx.now())
         await tx.defer(task_q.update(task_id, change.changes))
+        if "state" in change.changes:  # counted in the metrics below, once committed
+            change.usage.count_ended(row["queue_id"], change.changes["state"])
         await change.usage.apply(tx)
         before = _snapshot_without_payload(task_json(row))
         after = _snapshot_without_payload(task_json({**row, **change.changes}))
@@ -827,6 +829,7 @@ async def sweep_deadlines(db: Database, batch: int = 500) -> int:
                               rate_reserved=-1 if lease["reserved"] else 0, keys=keys, node=lease["worker_node_id"])
                 events.append(_event({**r, "state": states.FAILED}, "task.failed", error=error))
                 tally.task_ended(states.FAILED)
+                usage.count_ended(r["queue_id"], states.FAILED)
             elif action.kind == "cancel":
                 acted += 1
                 await tx.defer(task_q.request_cancel_swept(r["id"], action.message, now))

@@ -85,6 +85,21 @@ queue_usage = Table(
     Column("rate_reserved", U64, nullable=False),
     Column("permits_freed_at", Ts, nullable=True),
     Column("priority_levels", U32, nullable=False),
+    Column("started_total", U64, nullable=False),
+    Column("succeeded_total", U64, nullable=False),
+    Column("failed_total", U64, nullable=False),
+)
+
+queue_samples = Table(
+    "queue_samples",
+    metadata,
+    Column("queue_id", Id, nullable=False),
+    Column("at", Ts, nullable=False),
+    Column("started_total", U64, nullable=False),
+    Column("succeeded_total", U64, nullable=False),
+    Column("failed_total", U64, nullable=False),
+    PrimaryKeyConstraint("queue_id", "at"),
+    Index("ix_queue_samples_at", "at"),
 )
 
 idempotency_records = Table(

@@ -37,9 +37,9 @@ _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # how SQLite stores timestamps as text (tex
 
 
 def is_timestamp_column(name: str) -> bool:
-    """Timestamp columns are named `…_at`, `…_start` or `time` (checked against the schema by
+    """Timestamp columns are named `…_at`, `…_start`, `at` or `time` (checked against the schema by
     tests/integration/test_store_columns.py); on SQLite they are read back from text."""
-    return name.endswith(("_at", "_start")) or name in ("time", "db_now")
+    return name.endswith(("_at", "_start")) or name in ("at", "time", "db_now")
 _MYSQL_TOKENS = {"{FOR_UPDATE}": " FOR UPDATE", "{SKIP_LOCKED}": " FOR UPDATE SKIP LOCKED",
                  "{SHARE}": " LOCK IN SHARE MODE", "{NOW}": "NOW(6)"}
 _SQLITE_TOKENS = {"{FOR_UPDATE}": "", "{SKIP_LOCKED}": "", "{SHARE}": ""}

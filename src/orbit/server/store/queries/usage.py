@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from ...core import states
 from ...core.rate_window import RateWindow
 from ..dialect import PlanNoLongerHolds
 from ..tx import Stmt, Tx, placeholders
@@ -148,6 +149,9 @@ class Counters:
         return out
 
 
+# The queue's cumulative throughput counters (core/throughput.py), per terminal state that has one.
+_ENDED_TOTALS = {states.SUCCEEDED: "succeeded_total", states.FAILED: "failed_total"}
+
 QUEUE, APPLICATION = "queue", "application"  # the layers whose usage rows keep a rate window
 KEY = "resource_key"
 _TABLES = {QUEUE: ("queue_usage", "queue_id"), APPLICATION: ("application_usage", "application_id"),
@@ -190,6 +194,21 @@ class UsageChanges:
         self.count_keys(keys, unfinished=unfinished, permits_in_use=permits_in_use)
         if node is not None and permits_in_use:
             self.nodes[(queue_id, node)] += permits_in_use
+
+    def count_queue(self, queue_id: str, **columns: int) -> None:
+        """Counters that only the queue's row keeps (`add` counts its `other` columns on the
+        application's row too)."""
+        self.queues[queue_id].absorb(columns.items())
+
+    def count_started(self, queue_id: str) -> None:
+        """An attempt of the queue's started (its throughput counter)."""
+        self.count_queue(queue_id, started_total=1)
+
+    def count_ended(self, queue_id: str, state: str) -> None:
+        """A task of the queue ended in `state`: its throughput counter, if that state has one."""
+        column = _ENDED_TOTALS.get(state)
+        if column is not None:
+            self.count_queue(queue_id, **{column: 1})
 
     def count_keys(self, keys: Iterable[str], *, unfinished: int = 0, permits_in_use: int = 0) -> None:
         for key in keys:
