@@ -33,6 +33,7 @@ __all__ = [
     "BatchItemResult",
     "BatchSubmitRequest",
     "BatchSubmitResult",
+    "CallerCredential",
     "CancelTaskRequest",
     "RetryPolicy",
     "ReviewTaskRequest",
@@ -227,6 +228,18 @@ class Application(BaseModel):
     revision: U64
     created_at: datetime | None = None
     updated_at: datetime | None = None
+
+
+class CallerCredential(BaseModel):
+    """The credential that made the call: whose it is and what it may do."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    application_id: str
+    namespace_id: str
+    permissions: list[str]
+    queue_scope: str | list[str]
 
 
 class ConfigureApplicationResult(BaseModel):
@@ -447,7 +460,9 @@ class Attempt(BaseModel):
     number: int
     node_id: str | None = None
     worker_session_id: str | None = None
+    lease_id: str | None = None
     leased_at: datetime | None = None
+    lease_expires_at: datetime | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
     outcome: str

@@ -10,6 +10,7 @@ import pytest
 
 from orbit.server.services import events as event_service
 
+from .conftest import make_tenant
 from .queue_helpers import assert_error, ok
 from .test_worker_protocol import base, submit  # noqa: F401
 
@@ -142,3 +143,20 @@ async def test_the_sdk_follows_the_feed_on_both_clients(tenant, base):  # noqa: 
             if len(got) == 3:
                 break
         assert got == ids
+
+
+async def test_tail_starts_at_the_newest_events_and_follows_on(tenant):
+    q = await tenant.create_queue()
+    ids = await submit(tenant, q["id"], 9)
+    await number(tenant)
+    page = await feed(tenant, tail="true", limit=3)
+    assert [e["resource_id"] for e in page["items"]] == ids[-3:]
+    assert page["next_after"] == "10"  # queue.created + 9 submits
+    more = await submit(tenant, q["id"], 2)
+    await number(tenant)
+    after = await feed(tenant, after=page["next_after"])
+    assert [e["resource_id"] for e in after["items"]] == more
+    only_queues = await feed(tenant, tail="true", limit=3, type="queue.*")
+    assert only_queues["items"] == [] and only_queues["next_after"] == "12"  # the newest seqs hold no queue event
+    empty = await make_tenant(tenant.db, tenant.http)
+    assert ok(await empty.get("/v1/events", params={"tail": "true"})) == {"items": [], "next_after": "0"}

@@ -35,6 +35,7 @@ from ..models import (
     AttemptPage,
     AuditRecord,
     AuditRecordPage,
+    CallerCredential,
     Event,
     EventPage,
     BatchSubmitResult,
@@ -279,6 +280,10 @@ class _Builder:
         path = f"/v1/queues/{_segment(queue_id, 'queue_id')}:retire"
         body = _body(RetireQueueRequest(expected_revision=_revision(expected_revision), reason=reason))
         return _post(path, key, body, _as(CreateQueueResult))
+
+    @staticmethod
+    def get_credential() -> _Call[CallerCredential]:
+        return _get("/v1/credential", _as(CallerCredential))
 
     @staticmethod
     def get_application(application_id: str) -> _Call[Application]:
@@ -671,6 +676,10 @@ class Client(_ClientBase):
 
     # -- applications
 
+    def get_credential(self) -> CallerCredential:
+        """What this client's token is: its application, namespace, permissions and queue scope."""
+        return self._run(self._build.get_credential())
+
     def get_application(self, application_id: str) -> Application:
         """Read the application's quotas (shared by every queue) with their live usage."""
         return self._run(self._build.get_application(application_id))
@@ -992,6 +1001,9 @@ class AsyncClient(_ClientBase):
         return await self._run(self._build.retire_queue(queue_id, key, expected_revision, reason))
 
     # -- applications
+
+    async def get_credential(self) -> CallerCredential:
+        return await self._run(self._build.get_credential())
 
     async def get_application(self, application_id: str) -> Application:
         return await self._run(self._build.get_application(application_id))

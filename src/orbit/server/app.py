@@ -23,6 +23,8 @@ from .envelope import error_body
 from .errors import DomainError, invalid_argument
 from .http import applications, events, health, queues, resource_keys, schedules, tasks
 from .http import audit as audit_routes
+from .http import credential as credential_routes
+from .http import ui as ui_routes
 from .http import metrics as metrics_routes
 from .http.common import error_response
 from .http.draining import DrainingGate
@@ -225,6 +227,8 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.include_router(schedules.router)
     app.include_router(audit_routes.router)
     app.include_router(events.router)
+    app.include_router(credential_routes.router)
+    app.include_router(ui_routes.router)
     app.include_router(worker_route.router)
     install_openapi(app)
     app.add_middleware(SubmitFastPath, api=app)

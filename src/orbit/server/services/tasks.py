@@ -649,7 +649,10 @@ def attempt_json(lease: Any) -> dict[str, Any]:
         "number": int(lease["attempt"]),
         "node_id": lease["worker_node_id"],
         "worker_session_id": lease["session_id"],
+        "lease_id": lease["id"],
         "leased_at": format_ts(lease["leased_at"]),
+        # While the attempt runs, when its lease lapses unless renewed; after, when it last would have.
+        "lease_expires_at": format_ts(lease["expires_at"]),
         "started_at": format_ts(lease["started_at"]),
         "ended_at": format_ts(lease["ended_at"]),
         "outcome": outcome,

@@ -42,7 +42,7 @@ export function reasonForm({ id, title, button, extra = [], danger = false, onSu
 
 export function conflictText(e) {
   if (e instanceof ApiError && e.code === "STATE_CONFLICT") {
-    return `Not applied: ${e.message}. Someone else changed it since this page read it; ` +
+    return `Not applied (${e.code}): ${e.message}. Someone else changed it since this page read it; ` +
       "the values shown are refreshed, check them and try again.";
   }
   return errorText(e);

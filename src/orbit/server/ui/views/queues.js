@@ -3,6 +3,7 @@ import { get, post, seg, session } from "../api.js";
 import { throughputChart } from "../chart.js";
 import { badge, clear, dl, field, h, link, meter, num, shortId, table, timeEl } from "../dom.js";
 import { Pager, conflictText, errorText, notice, reasonForm, section } from "./common.js";
+import { blockerShort } from "./task.js";
 
 export const STATES = ["WAITING", "LEASED", "RUNNING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED"];
 const STATE_LABEL = { NEEDS_REVIEW: "Needs review" };
@@ -126,8 +127,12 @@ export async function queuePage(ctx, queueId) {
     queue = q;
     if (changed) { renderQueue(); markStale(); }
     clear(stateEl, queueState(queue));
+    // A count of tasks in a state opens the task list filtered to that state.
+    const STATE_OF = { waiting: "WAITING", leased: "LEASED", running: "RUNNING", needs_review: "NEEDS_REVIEW" };
     const card = (label, value, key, cls) => h("div", { class: `count ${value instanceof Node ? "wide" : ""} ${cls || ""}`, dataset: { count: key } },
-      h("div", { class: "count-label" }, label), h("div", { class: "count-value" }, value));
+      h("div", { class: "count-label" }, STATE_OF[key]
+        ? link(`#/queues/${seg(queueId)}?state=${STATE_OF[key]}`, label, { title: `List the ${label.toLowerCase()} tasks` }) : label),
+      h("div", { class: "count-value" }, value));
     clear(counts,
       card("Backlog", meter(u.unfinished_tasks, queue.max_unfinished_tasks, "backlog"), "backlog"),
       card("Waiting", num(u.waiting), "waiting"),
@@ -219,9 +224,13 @@ export async function queuePage(ctx, queueId) {
   async function loadTasks() {
     const state = stateSel.value;
     const page = await get(`${qpath}/tasks`, { state: state || null, limit: 25, cursor: pager.cursor }, signal);
-    clear(tasks, table(["Task", "State", "Attempts", "Priority", "Created", "Updated", "Error"], page.items.map((t) => [
+    // What holds each waiting task in view: the answer operators otherwise have to work out.
+    const held = await Promise.all(page.items.map((t) => t.state === "WAITING"
+      ? get(`/v1/tasks/${seg(t.id)}/blockers`, null, signal).then((b) => b.blockers).catch(() => null) : null));
+    clear(tasks, table(["Task", "State", "Held by", "Attempts", "Priority", "Created", "Updated", "Error"], page.items.map((t, i) => [
       link(`#/tasks/${seg(t.id)}`, shortId(t.id), { class: "mono", title: t.id }),
       badge(t.state),
+      held[i] === null ? "" : held[i].length ? h("span", { class: "held" }, held[i].map(blockerShort).join("; ")) : h("span", { class: "muted" }, "nothing: next claim"),
       `${t.attempts} / ${t.max_attempts}`,
       String(t.priority),
       timeEl(t.created_at),

@@ -22,6 +22,20 @@ export function blockerText(b) {
   }
 }
 
+// The same, in a few words, for a column of a task list.
+export function blockerShort(b) {
+  const who = b.layer === "resource_key" ? `key ${b.name}` : b.layer === "application" ? "application" : b.layer;
+  switch (b.control) {
+    case "available_at": return `not due until ${fmtTime(b.until)}`;
+    case "paused": return `${who} paused`;
+    case "retired": return `${who} retired`;
+    case "max_concurrency": return `${who} concurrency ${num(b.in_use)}/${num(b.limit)}`;
+    case "rate_per_second": return `${who} rate ${num(b.used)}/${num(b.limit)} per second`;
+    case "no_active_workers": return "no worker";
+    default: return `${who} ${b.control}`;
+  }
+}
+
 function duration(from, to) {
   if (!from || !to) return null;
   const ms = new Date(to) - new Date(from);

@@ -1,7 +1,7 @@
 """Data a dashboard can be looked at with: a queue whose tasks succeed and fail, a task whose
 payload is markup, a task held by a saturated resource key, a schedule, and audit records.
 
-Runs against any server (`python tests/browser/demo.py URL CREDENTIALS_FILE` fills a running
+Runs against any server (`python tests/e2e/dashboard_demo.py URL CREDENTIALS_FILE` fills a running
 `orbit dev`); the browser tests call `seed()` against their own `orbit dev`.
 """
 
@@ -55,7 +55,8 @@ def seed(client: orbit.Client, *, run_worker: bool = True) -> Demo:
     demo = Demo(queue.id, held.id, failing, xss, blocked, key.name, schedule.id,
                 extra={"ok": ok, "holder": holder})
     if run_worker:
-        start_worker(client, [queue.id, held.id])
+        demo.extra["worker"] = start_worker(client, [queue.id, held.id])
+        demo.extra["worker_thread"] = demo.extra["worker"].thread
         wait_until(lambda: client.get_task(failing).state == "FAILED" and client.get_task(xss).state == "FAILED"
                    and client.get_task(holder).state == "RUNNING", 30)
     return demo
@@ -75,7 +76,9 @@ def start_worker(client: orbit.Client, queues: list[str], *, name: str = "demo-w
         time.sleep(0.05)
         return {"ok": True, "echo": p}
 
-    threading.Thread(target=worker.run, name=name, daemon=True).start()
+    thread = threading.Thread(target=worker.run, name=name, daemon=True)
+    thread.start()
+    worker.thread = thread  # type: ignore[attr-defined]  # for the caller to join
     return worker
 
 
