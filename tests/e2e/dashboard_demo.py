@@ -7,6 +7,7 @@ Runs against any server (`python tests/e2e/dashboard_demo.py URL CREDENTIALS_FIL
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import threading
@@ -29,6 +30,7 @@ class Demo:
     blocked_task_id: str
     key_name: str
     schedule_id: str
+    review_task_id: str
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -52,14 +54,29 @@ def seed(client: orbit.Client, *, run_worker: bool = True) -> Demo:
     schedule = client.create_schedule(_key(), {"name": f"nightly-{tag}", "queue_id": queue.id, "interval_seconds": 3600,
                                                "task": {"payload": {"kind": "nightly"}}}).schedule
 
-    demo = Demo(queue.id, held.id, failing, xss, blocked, key.name, schedule.id,
+    # A started attempt whose worker vanished: its outcome is unknown until a person reviews it.
+    ledger = client.create_queue(_key(), {"name": f"ledger-{tag}", "max_concurrency": 1, "rate_per_second": 5}).queue
+    review = client.submit_task(ledger.id, _key(), {"payload": {"transfer": 1200}, "max_attempts": 3}).task.id
+    asyncio.run(_start_and_vanish(client.base_url, client.token, ledger.id))
+
+    demo = Demo(queue.id, held.id, failing, xss, blocked, key.name, schedule.id, review,
                 extra={"ok": ok, "holder": holder})
+    wait_until(lambda: client.get_task(review).state == "NEEDS_REVIEW", 30)
     if run_worker:
         demo.extra["worker"] = start_worker(client, [queue.id, held.id])
         demo.extra["worker_thread"] = demo.extra["worker"].thread
         wait_until(lambda: client.get_task(failing).state == "FAILED" and client.get_task(xss).state == "FAILED"
                    and client.get_task(holder).state == "RUNNING", 30)
     return demo
+
+
+async def _start_and_vanish(base: str, token: str, queue_id: str) -> None:
+    from tests.integration.worker_client import Worker
+
+    async with Worker.connect(base, token) as w:
+        await w.hello(queue_id, node_id="vanishing-host")
+        (lease,) = (await w.call("claim", queue_id=queue_id, max_tasks=1, lease_ms=1000))["tasks"]
+        assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]
 
 
 def start_worker(client: orbit.Client, queues: list[str], *, name: str = "demo-worker") -> orbit.Worker:

@@ -335,6 +335,26 @@ def test_cancel_a_waiting_task_with_a_reason(tab: Tab, dev: Dev):
     expect(page.locator("#task-audit")).to_contain_text("customer withdrew the order")
 
 
+def test_review_a_task_whose_outcome_is_unknown(tab: Tab, dev: Dev):
+    tab.sign_in()
+    page = tab.page
+    tab.go(f"#/queues")
+    row = page.locator("#queue-list tbody tr", has=page.get_by_role("link", name=re.compile("^ledger-")))
+    expect(row.locator("td[data-label='Needs review']")).to_have_text("1")
+    tab.go(f"#/tasks/{dev.demo.review_task_id}")
+    expect(page.locator("#blockers")).to_contain_text("waits for a person")
+    expect(page.locator("#attempts > li[data-attempt='1']")).to_contain_text("LEASE_LOST")
+    expect(page.locator("#attempts > li[data-attempt='1']")).to_contain_text("vanishing-host")
+    tab.shot("task-needs-review")
+    form = page.locator("#review-form")
+    form.get_by_label("Resolution").select_option("RETRY")
+    form.get_by_label("Reason").fill("the bank shows no transfer: run it again")
+    form.get_by_role("button", name="Resolve").click()
+    expect(page.locator(".page-head .badge").first).not_to_have_text("NEEDS_REVIEW")
+    assert dev.client.get_task(dev.demo.review_task_id).state != "NEEDS_REVIEW"
+    expect(page.locator("#task-audit")).to_contain_text("the bank shows no transfer: run it again")
+
+
 # ---------------------------------------------------------------- the other pages
 
 
@@ -399,6 +419,7 @@ def test_every_page_fits_and_is_photographed(browser, dev: Dev, width: str):
             "task-failed": (f"#/tasks/{d.failed_task_id}", "#attempts li.attempt"),
             "task-blocked": (f"#/tasks/{d.blocked_task_id}", "#blockers li"),
             "task-markup": (f"#/tasks/{d.xss_task_id}", "#payload pre"),
+            "task-review": (f"#/tasks/{d.review_task_id}", "#attempts li.attempt"),
             "schedules": ("#/schedules", "#schedule-list table"),
             "schedule": (f"#/schedules/{d.schedule_id}", "#runs"),
             "resource-keys": ("#/resource-keys", "#key-list table"),
