@@ -404,6 +404,26 @@ def test_every_control_has_a_label(tab: Tab, dev: Dev):
         assert unlabelled == [], (fragment, unlabelled)
 
 
+def test_queues_page_by_page_and_by_name(tab: Tab, dev: Dev):
+    c = dev.client
+    tag = key()[:6]
+    for i in range(51):
+        c.create_queue(key(), {"name": f"many-{tag}-{i:02d}", "max_concurrency": 1, "rate_per_second": 1})
+    tab.sign_in()
+    page = tab.page
+    rows = page.locator("#queue-list tbody tr")
+    expect(rows).to_have_count(50)
+    page.get_by_role("button", name="Next →").click()
+    expect(page.locator(".pager .page-no")).to_have_text("Page 2")
+    expect(rows.last).to_contain_text(f"many-{tag}-50")
+    page.get_by_role("button", name="← Previous").click()
+    expect(page.locator(".pager .page-no")).to_have_text("Page 1")
+    page.get_by_label("Find a queue").fill(f"many-{tag}-07")
+    page.get_by_label("Find a queue").press("Enter")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text(f"many-{tag}-07")
+
+
 # ---------------------------------------------------------------- both widths
 
 

@@ -14,11 +14,15 @@ function niceMax(v) {
   return 10 * p;
 }
 
-export function throughputChart(data) {
-  const W = 640, H = 200, L = 44, R = 8, T = 10, B = 24;
+// `width`: the pixels it will be drawn in, so that its text keeps its size on a phone.
+export function throughputChart(data, width = 640) {
+  const W = Math.max(280, Math.round(width)), H = W < 500 ? 160 : 200, L = 44, R = 8, T = 10, B = 24;
   const points = data.points || [];
   const step = Number(data.interval_seconds) || 5;
-  const rates = points.map((p) => Object.fromEntries(SERIES.map(([k]) => [k, Number(p[k] || 0) / step])));
+  // The last bucket is still running: its rate is over the seconds it has had so far.
+  const elapsed = points.length && data.at ? (new Date(data.at) - new Date(points[points.length - 1].at)) / 1000 : step;
+  const span = (i) => (i === points.length - 1 ? Math.min(step, Math.max(1, elapsed)) : step);
+  const rates = points.map((p, i) => Object.fromEntries(SERIES.map(([k]) => [k, Number(p[k] || 0) / span(i)])));
   const max = niceMax(Math.max(0, ...rates.flatMap((r) => SERIES.map(([k]) => r[k]))));
   const n = Math.max(points.length - 1, 1);
   const x = (i) => L + ((W - L - R) * i) / n;

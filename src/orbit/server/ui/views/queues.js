@@ -17,35 +17,35 @@ function rateUsed(usage) {
   return usage && usage.rate_window ? Number(usage.rate_window.used) + Number(usage.rate_window.reserved || 0) : 0;
 }
 
-async function allQueues(signal) {
-  const items = [];
-  let cursor = null;
-  do {
-    const page = await get("/v1/queues", { limit: 1000, cursor }, signal);
-    items.push(...page.items);
-    cursor = page.next_cursor;
-  } while (cursor && items.length < 5000);
-  return items;
-}
+const PAGE = 50;
 
 export async function queuesPage(ctx) {
-  const { main, signal } = ctx;
+  const { main, signal, query } = ctx;
   const list = h("div", { id: "queue-list" });
   const failures = h("div", { id: "recent-failures" });
+  const name = h("input", { type: "search", id: "queue-name", name: "name", value: query.get("name") || "",
+    autocomplete: "off", placeholder: "exact name" });
+  const find = h("form", { class: "toolbar", role: "search", onsubmit: (ev) => {
+    ev.preventDefault();
+    location.hash = name.value.trim() ? `#/queues?name=${encodeURIComponent(name.value.trim())}` : "#/queues";
+  } }, field("Find a queue", name), h("button", { type: "submit", class: "secondary" }, "Find"));
+  const pager = new Pager(() => refresh());
   clear(main,
     h("div", { class: "page-head" }, h("h1", {}, "Queues"),
-      h("p", { class: "hint" }, "Live counts from every node; refreshed every 2 seconds.")),
-    section("All queues", list),
-    section("Recent failures", h("p", { class: "hint" }, "The newest tasks that ended FAILED, across the first queues."), failures));
+      h("p", { class: "hint" }, "Live counts from every node; refreshed every 3 seconds.")),
+    section("All queues", find, list, pager.el),
+    section("Recent failures", h("p", { class: "hint" }, "The newest tasks that ended FAILED, across the queues on this page (up to 20)."), failures));
   if (!session.allQueues) {
     clear(list, h("p", {}, "This token is scoped to single queues: "),
       h("ul", {}, session.credential.queue_scope.map((id) => h("li", {}, link(`#/queues/${seg(id)}`, id)))));
+    pager.el.hidden = true;
     return;
   }
   let queues = [];
-  await ctx.every(async () => {
-    queues = await allQueues(signal);
-    const usages = await Promise.all(queues.slice(0, 200).map((q) =>
+  async function refresh() {
+    const page = await get("/v1/queues", { limit: PAGE, cursor: pager.cursor, name: query.get("name") }, signal);
+    queues = page.items;
+    const usages = await Promise.all(queues.map((q) =>
       get(`/v1/queues/${seg(q.id)}/usage`, null, signal).catch(() => null)));
     const rows = queues.map((q, i) => {
       const u = usages[i];
@@ -63,8 +63,10 @@ export async function queuesPage(ctx) {
       ];
     });
     clear(list, table(["Queue", "State", "Backlog", "Waiting", "Delayed", "Leased", "Running", "Needs review",
-      "Permits in use", "Rate (this second)"], rows, { empty: "No queues yet." }));
-  }, 2000);
+      "Permits in use", "Rate (this second)"], rows, { empty: query.get("name") ? "No queue has this name." : "No queues yet." }));
+    pager.render(page.next_cursor);
+  }
+  await ctx.every(refresh, 3000);
   ctx.every(async () => {
     const perQueue = await Promise.all(queues.slice(0, 20).map((q) =>
       get(`/v1/queues/${seg(q.id)}/tasks`, { state: "FAILED", limit: 5 }, signal)
@@ -76,7 +78,7 @@ export async function queuesPage(ctx) {
       link(`#/queues/${seg(q.id)}`, q.name),
       t.error ? h("span", { class: "error-text" }, h("strong", {}, t.error.code), " ", t.error.message) : "—",
       timeEl(t.finished_at || t.updated_at),
-    ]), { empty: "No failed tasks. " }));
+    ]), { empty: "No failed tasks." }));
   }, 5000);
 }
 
@@ -89,6 +91,9 @@ export async function queuePage(ctx, queueId) {
   const counts = h("div", { class: "counts", id: "queue-counts" });
   const nodes = h("div", {});
   const chart = h("div", { id: "throughput" });
+  const windowSel = h("select", { id: "chart-window", name: "minutes" },
+    [5, 10, 30, 60].map((m) => h("option", { value: m, selected: m === 10 }, `last ${m} minutes`)));
+  windowSel.addEventListener("change", () => refreshChart().catch(() => {}));
   const props = h("div", {});
   const controls = h("div", { id: "controls" });
   const tasks = h("div", { id: "task-list" });
@@ -100,7 +105,7 @@ export async function queuePage(ctx, queueId) {
   clear(main,
     h("div", { class: "page-head" }, h("p", { class: "crumbs" }, link("#/queues", "Queues"), " / "), title, stateEl),
     section("Now", counts, nodes),
-    section("Throughput", chart),
+    section("Throughput", h("div", { class: "toolbar" }, field("Window", windowSel)), chart),
     h("div", { class: "two" }, section("Controls", props), section("Change", controls)),
     section("Tasks", h("div", { class: "toolbar" }, field("State", stateSel),
       link(`#/schedules?queue_id=${seg(queueId)}`, "Schedules of this queue"),
@@ -150,13 +155,13 @@ export async function queuePage(ctx, queueId) {
   async function refreshChart() {
     let data;
     try {
-      data = await get(`${qpath}/throughput`, { minutes: 10 }, signal);
+      data = await get(`${qpath}/throughput`, { minutes: windowSel.value }, signal);
     } catch (e) {
       if (e.name === "AbortError") throw e;
       clear(chart, h("p", { class: "hint" }, `No throughput data: ${errorText(e)}`));
       return;
     }
-    clear(chart, throughputChart(data));
+    clear(chart, throughputChart(data, chart.clientWidth || 640));
   }
 
   // A change made elsewhere never rewrites the form under the user: it says so, and offers the new values.
