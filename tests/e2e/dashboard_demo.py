@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orbit
@@ -109,6 +110,7 @@ def wait_until(check, seconds: float) -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: `tests` importable
     url, creds = sys.argv[1], sys.argv[2]
     token = json.load(open(creds))["token"]
     with orbit.Client(url, token=token) as c:

@@ -226,7 +226,7 @@ def dev(host: str, port: int, data_dir: Path, log_level: str) -> None:
         port,
         [
             f"Orbit dev server: {base}",
-            f"dashboard:        {base}/ui/",
+            f"dashboard:        {base}/ui/  (sign in with the \"token\" of the credentials file)",
             f"credentials:      {cred_path}",
             f"data:             {data_dir / 'orbit.db'}",
             f"try: export ORBIT_URL={base} ORBIT_TOKEN=$(python -c \"import json;print(json.load(open('{cred_path}'))['token'])\")",
