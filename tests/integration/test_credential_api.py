@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+import orbit
+
 from .queue_helpers import assert_error, ok
+from .test_worker_protocol import base  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -31,3 +36,15 @@ async def test_no_or_a_bad_token_is_refused(tenant):
     assert_error(r, 401, "UNAUTHENTICATED")
     r = await tenant.get("/v1/credential", token="orb_nope_nope")
     assert_error(r, 401, "UNAUTHENTICATED")
+
+
+async def test_the_sdk_reads_its_credential_on_both_clients(tenant, base):  # noqa: F811
+    def sync_read():
+        with orbit.Client(base, token=tenant.token) as client:
+            return client.get_credential()
+
+    mine = await asyncio.to_thread(sync_read)
+    async with orbit.AsyncClient(base, token=tenant.token) as aclient:
+        theirs = await aclient.get_credential()
+    assert mine == theirs
+    assert (mine.id, mine.application_id, mine.queue_scope) == (tenant.credential_id, tenant.application["id"], "*")
