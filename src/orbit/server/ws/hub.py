@@ -73,7 +73,8 @@ class WorkerHub:
         self.draining = True
         self.drain_deadline_ms = deadline_ms
         for s in list(self.sessions.values()):
-            await s.push({"type": "drain", "deadline_ms": deadline_ms})
+            if s.identity is not None:  # a session told at its hello otherwise
+                await s.push({"type": "drain", "deadline_ms": deadline_ms})
         for q in self.notifier.queues():
             self.notifier.notify(q)
 
@@ -99,11 +100,11 @@ class WorkerHub:
         await workers.clear_pushes(self.db, [p.lease_id for p in pushes])
 
     async def _close_revoked_sessions(self) -> None:
-        """Close sessions of revoked credentials within a few seconds."""
-        creds = {s.identity.principal.credential_id for s in self.sessions.values() if s.identity}
+        """Close sessions of revoked credentials within a few seconds, hello sent or not."""
+        creds = {s.principal.credential_id for s in self.sessions.values()}
         if not creds:
             return
         revoked = await workers.revoked_credentials(self.db, creds)
         for s in list(self.sessions.values()):
-            if s.identity and s.identity.principal.credential_id in revoked:
+            if s.principal.credential_id in revoked:
                 await s.close(4401, "credential revoked")

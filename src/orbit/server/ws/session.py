@@ -4,7 +4,9 @@ States: CONNECTED (only `hello` and `ping` accepted) -> READY -> CLOSED. Every
 client frame is answered with `reply_to`; frames are handled concurrently so a
 long-polling claim never delays a Start or a complete on the same socket.
 A malformed frame gets an error reply, or closes the socket with 1008 when it
-has no usable `id`; it never affects other sessions.
+has no usable `id` (not JSON text, not an object, too large, too deep); it never
+affects other sessions. Frame checks are total: whatever a frame holds, they
+answer or close, and a check that fails unexpectedly is answered as malformed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import traceback
 from functools import partial
 from typing import Any
 
@@ -32,8 +35,39 @@ log = structlog.get_logger("orbit.ws")
 
 MAX_FRAME_BYTES = 1024 * 1024
 MAX_IN_FLIGHT = 256
+# A socket that authenticated but has not sent a successful `hello` within this many seconds is
+# closed with 1008. Real workers send hello as their first frame (one round trip after the
+# upgrade); a socket that never does holds a connection, a session and a slot in the node's
+# registry for nothing, and a client that keeps opening such sockets could exhaust them. A few
+# seconds is ample for one frame even on a slow link or after a GC pause.
+HELLO_TIMEOUT_S = 5.0
 # Leases a session remembers having granted (see `_granted`); beyond this the oldest are forgotten.
 MAX_REMEMBERED_LEASES = 10_000
+
+
+def _shown(value: str, limit: int = 64) -> str:
+    """A client's string as quoted back in an error message: bounded, so that a reply never grows
+    with what the client sent."""
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def _log_unexpected(event: str, session_id: str, exc: BaseException, **fields: Any) -> None:
+    """An unexpected failure while checking a frame: its class and where it happened, without
+    its message (a TypeError or KeyError can quote the frame's values)."""
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    log.error(event, session_id=session_id, error=type(exc).__qualname__,
+              at=f"{where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno} in {where[0].name}" if where else None,
+              **fields)
+
+
+def _check_storable(result: Any) -> None:
+    """Refuse a result the encoder cannot write back (nested beyond its 254 levels; the parser
+    accepts 1024), here: inside the group commit it would fail the other sessions' reports too.
+    Encoded as a late report holds it (two levels down), the deepest place it is ever stored."""
+    try:
+        orjson.dumps([{"result": result}])
+    except orjson.JSONEncodeError:
+        raise _invalid("result: nested too deeply to store (at most 250 levels)") from None
 
 
 def _debug_enabled() -> bool:
@@ -77,6 +111,10 @@ def _id_field(frame: dict[str, Any], name: str) -> str:
     return value
 
 
+def _invalid_frame() -> DomainError:
+    return _invalid("malformed frame")
+
+
 ALLOWED = {
     "hello": {"node_id", "queues", "sdk"},
     "claim": {"queue_id", "max_tasks", "lease_ms", "wait_ms"},
@@ -88,6 +126,7 @@ ALLOWED = {
 }
 # Per frame type, every key a frame may carry (checked with one subset test per frame).
 _KEYS = {kind: frozenset(fields | {"id", "type"}) for kind, fields in ALLOWED.items()}
+_TYPES = ", ".join(ALLOWED)
 # Commands served by the node's group commits: answered from the transaction's callback, with no
 # task per frame. The others (hello, claim with its long poll, ping) each run in a task.
 GROUPED = ("start", "renew", "complete", "release")
@@ -118,6 +157,7 @@ class WorkerSession:
         # application's usage row, which one transaction then takes once (see dispatch.claim_many).
         self._claim_group = f"{principal.namespace_id}/{principal.application_id}"
         self._log_frames = _debug_enabled()
+        self._hello_running = False  # a hello is being checked: the hello deadline waits for its answer
 
     async def send(self, message: dict[str, Any]) -> None:
         if self._closed:
@@ -160,22 +200,36 @@ class WorkerSession:
                 await self.ws.close(code, reason)
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Read frames until the socket closes. Registered from the start, so that revoking the
+        credential or draining the node reaches a socket that has not (yet) sent hello."""
+        self.hub.register(self)
+        hello_by = time.monotonic() + HELLO_TIMEOUT_S
         try:
             while not self._closed:
                 try:
-                    raw = await self.ws.receive_text()
+                    if self.identity is None and not self._hello_running:
+                        message = await asyncio.wait_for(self.ws.receive(), hello_by - time.monotonic())
+                    else:
+                        message = await self.ws.receive()
+                except TimeoutError:
+                    if self.identity is None and not self._hello_running:
+                        await self.close(1008, f"no hello within {HELLO_TIMEOUT_S:g} s")
+                        break
+                    continue  # a hello arrived in time and is (or was) being answered
                 except (WebSocketDisconnect, RuntimeError):
                     break
-                except KeyError:  # a binary frame
-                    await self.close(1003, "frames must be JSON text")
+                if message.get("type") != "websocket.receive":
+                    break  # websocket.disconnect
+                raw = message.get("text")
+                if not isinstance(raw, str):  # a binary frame
+                    await self.close(1008, "frames must be JSON text")
                     break
                 if len(raw) > MAX_FRAME_BYTES:
-                    await self.close(1009, "frame too large")
+                    await self.close(1008, f"frame too large (at most {MAX_FRAME_BYTES} bytes)")
                     break
                 try:
                     frame = orjson.loads(raw)
-                except orjson.JSONDecodeError:
+                except orjson.JSONDecodeError:  # not JSON, nested too deep, a number out of range
                     await self.close(1008, "malformed frame without a usable id")
                     break
                 msg_id = frame.get("id") if isinstance(frame, dict) else None
@@ -185,23 +239,32 @@ class WorkerSession:
                 # Every frame holds an in-flight slot until answered: a client that sends faster
                 # than it reads its replies is slowed down, whatever its frames are.
                 await self._in_flight.acquire()
-                kind = frame.get("type")
-                try:
-                    self._check(frame, kind)
-                except DomainError as exc:
-                    self._track(loop.create_task(self.send(reply_frame(msg_id, exc))))
-                    if self._log_frames:
-                        self._log_frame(msg_id, kind, exc, time.perf_counter())
-                    continue
-                if kind in self._grouped:
-                    self._command(frame, msg_id, kind)
-                    continue
-                self._track(loop.create_task(self._handle(frame, msg_id, kind)))
+                self._dispatch(frame, msg_id)
         finally:
             self._closed = True
             for t in list(self._tasks):
                 t.cancel()
             self.hub.unregister(self)
+
+    def _dispatch(self, frame: dict[str, Any], msg_id: str) -> None:
+        """Check a frame with a usable id and hand it on. Whatever the frame holds, it is answered:
+        a check that fails unexpectedly (a bug meeting an odd value) is answered as malformed,
+        logged by its place in the code only, never by its message, which could quote the frame."""
+        kind = frame.get("type")
+        try:
+            self._check(frame, kind)
+        except Exception as exc:
+            if not isinstance(exc, DomainError):
+                _log_unexpected("frame_check_failed", self.session_id, exc)
+                exc = _invalid_frame()
+            self._track(asyncio.get_running_loop().create_task(self.send(reply_frame(msg_id, exc))))
+            if self._log_frames:
+                self._log_frame(msg_id, kind, exc, time.perf_counter())
+            return
+        if kind in self._grouped:
+            self._command(frame, msg_id, kind)
+            return
+        self._track(asyncio.get_running_loop().create_task(self._handle(frame, msg_id, kind)))
 
     def _track(self, task: asyncio.Task) -> None:
         """A frame answered by a task: its in-flight slot is given back when the task ends."""
@@ -215,10 +278,11 @@ class WorkerSession:
     def _check(self, frame: dict[str, Any], kind: Any) -> None:
         """Every frame's own checks: a known type, only its fields, and hello first."""
         if not isinstance(kind, str) or kind not in _KEYS:
-            raise _invalid(f"type: unknown frame type {kind!r}")
+            # The value is not echoed: it may be anything, of any size.
+            raise _invalid(f"type: must be one of {_TYPES}")
         if not frame.keys() <= _KEYS[kind]:
             unknown = sorted(set(frame) - _KEYS[kind])
-            raise _invalid(f"{unknown[0]}: is not a known field")
+            raise _invalid(f"{_shown(unknown[0])}: is not a known field")
         if self.identity is None and kind != "hello" and kind != "ping":
             raise DomainError("STATE_CONFLICT", "send hello first")
 
@@ -231,9 +295,9 @@ class WorkerSession:
             self._in_flight.release()
             self._answer(msg_id, exc)
             return
-        except Exception:
+        except Exception as exc:
             self._in_flight.release()
-            log.exception("frame_failed", session_id=self.session_id, type=kind)
+            _log_unexpected("frame_failed", self.session_id, exc, type=kind)
             self._answer(msg_id, _unavailable())
             return
         fut.add_done_callback(partial(self._commanded, msg_id, kind, lease_id, started))
@@ -286,8 +350,15 @@ class WorkerSession:
         return {"type": "pong"}
 
     async def _on_hello(self, frame: dict[str, Any], msg_id: str) -> dict[str, Any]:
-        if self.identity is not None:
+        if self.identity is not None or self._hello_running:
             raise DomainError("STATE_CONFLICT", "hello was already sent on this session")
+        self._hello_running = True
+        try:
+            return await self._hello(frame)
+        finally:
+            self._hello_running = False
+
+    async def _hello(self, frame: dict[str, Any]) -> dict[str, Any]:
         node_id = frame.get("node_id")
         if not isinstance(node_id, str) or not 1 <= len(node_id) <= 128 or not node_id.isprintable():
             raise _invalid("node_id: must be 1-128 printable characters")
@@ -299,13 +370,12 @@ class WorkerSession:
             raise _invalid("sdk: must be a string of at most 256 characters")
         for q in queues:
             if not is_id(q) or not self.principal.can_see_queue(q):
-                raise DomainError("NOT_FOUND", f"queues: queue {q!r} not found")
+                raise DomainError("NOT_FOUND", f"queues: queue {_shown(q)} not found")
         missing = await workers.missing_queues(self.hub.db, self.principal.namespace_id, queues)
         if missing:
             raise DomainError("NOT_FOUND", f"queues: queue {missing[0]!r} not found")
         self.queues = set(queues)
         self.identity = dispatch.WorkerIdentity(self.principal, self.session_id, node_id[:64], self.hub.instance_id)
-        self.hub.register(self)
         if self.hub.draining:
             await self.push({"type": "drain", "deadline_ms": self.hub.drain_deadline_ms})
         return {
@@ -377,6 +447,8 @@ class WorkerSession:
             raise _invalid("error: only allowed with outcome failed")
         if outcome != "succeeded" and "result" in frame:
             raise _invalid("result: only allowed with outcome succeeded")
+        if isinstance(result, (list, dict)):
+            _check_storable(result)
         return self.hub.completes.enqueue(dispatch.CompleteCommand(
             self.principal.credential_id, msg_id, lease_id, outcome, result, error_message, retryable,
             self._granted.get(lease_id),
