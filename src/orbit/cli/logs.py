@@ -5,11 +5,18 @@ line is an exception's text: a database error's message can quote the statement 
 values included (MySQL's "Duplicate entry '…'", "… near '…'", and SQLAlchemy's "[parameters: …]").
 So tracebacks are written here with such errors reduced to their class and code, for the JSON
 lines and for the standard library's (uvicorn, asyncio) alike.
+
+URLs are the other way in: a client may put its token in a query string or a path whatever the
+spec says. No line names a raw URL: requests and WebSocket upgrades are logged by the node with
+their route's template, uvicorn's access log is off, and its WebSocket lines (written by its error
+logger at INFO whatever `access_log` says, with the path and query string) are dropped. As a last
+guard every line is written with anything shaped like a token (`orb_…`) redacted.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import traceback
 from typing import Any, TextIO
@@ -21,6 +28,11 @@ _DATABASE_PACKAGES = frozenset({"sqlalchemy", "asyncmy", "pymysql", "MySQLdb", "
 # Libraries whose INFO lines are statements or per-connection chatter (Alembic announces its
 # dialect on every migration-context use).
 _QUIET = ("sqlalchemy", "aiosqlite", "asyncmy", "websockets", "alembic")
+# A bearer token, or what a client may have cut from one: `orb_` and the token alphabet after it.
+TOKEN_SHAPE = re.compile(r"orb_[A-Za-z0-9_\-]+")
+REDACTED = "orb_[redacted]"
+# How uvicorn's per-connection WebSocket lines begin: '<client> - "WebSocket <path?query>" <status>'.
+_UVICORN_WEBSOCKET_LINE = '%s - "WebSocket %s"'
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 
@@ -87,12 +99,50 @@ def format_exc_info(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str
     return event
 
 
+def redact(text: str) -> str:
+    """`text` with anything shaped like a token replaced."""
+    return TOKEN_SHAPE.sub(REDACTED, text) if "orb_" in text else text
+
+
 class SafeFormatter(logging.Formatter):
-    """The standard library's lines (uvicorn, asyncio), with tracebacks through `safe_traceback`."""
+    """The standard library's lines (uvicorn, asyncio), with tracebacks through `safe_traceback`
+    and tokens redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        # `logging.Formatter` reuses a traceback another handler already wrote on the record
+        # (`exc_text`), unsafely: this one writes its own, and leaves theirs as it found it.
+        cached, record.exc_text = record.exc_text, None
+        try:
+            return redact(super().format(record))
+        finally:
+            record.exc_text = cached
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
         exc = _exception_of(ei)
         return safe_traceback(exc) if exc is not None else ""
+
+
+class NoRawUrls(logging.Filter):
+    """Drops uvicorn's WebSocket lines, which name the raw path and query string (the node logs
+    each upgrade itself, by route), and writes asyncio's reports of unhandled errors without the
+    `repr` of the task or callback: it holds the exception's arguments, which for a database
+    error can quote a statement's values (the traceback follows, through `safe_traceback`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not isinstance(record.msg, str):
+            return True
+        if record.name.startswith("uvicorn") and record.msg.startswith(_UVICORN_WEBSOCKET_LINE):
+            return False
+        if record.name == "asyncio" and record.exc_info:
+            # "Task exception was never retrieved\nfuture: <Task … exception=Error('…')>", or
+            # "Exception in callback f(arguments)": the first line, up to any repr.
+            record.msg, record.args = re.split(r"[(<=\n]", record.msg, maxsplit=1)[0].rstrip(), None
+        return True
+
+
+def _redact_line(_logger: Any, _name: str, line: Any) -> Any:
+    """The last structlog processor: the rendered JSON line with tokens redacted."""
+    return redact(line) if isinstance(line, str) else line
 
 
 def configure_logging(level: str = "info", *, stream: TextIO | None = None, cache: bool = True) -> None:
@@ -102,6 +152,7 @@ def configure_logging(level: str = "info", *, stream: TextIO | None = None, cach
     out = stream or sys.stderr
     handler = logging.StreamHandler(out)
     handler.setFormatter(SafeFormatter("%(message)s"))
+    handler.addFilter(NoRawUrls())
     root = logging.getLogger()
     root.addHandler(handler)
     # DEBUG is Orbit's own: below INFO the libraries write statements, rows and frames, values
@@ -117,6 +168,7 @@ def configure_logging(level: str = "info", *, stream: TextIO | None = None, cach
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             format_exc_info,
             structlog.processors.JSONRenderer(),
+            _redact_line,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         logger_factory=structlog.PrintLoggerFactory(file=out),

@@ -42,12 +42,16 @@ log = structlog.get_logger("orbit.http")
 
 
 class RequestIdMiddleware:
-    """Assign the request id, echo it in `X-Request-Id`, and log one line per request."""
+    """Assign the request id, echo it in `X-Request-Id`, and log one line per request (WebSocket
+    upgrades included)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await _upgrade_with_id(self.app, scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -96,6 +100,66 @@ class RequestIdMiddleware:
             # The route's template, never the raw path; the credential's id, never its token.
             log.info("request", request_id=rid, method=method, route=route, status=status,
                      latency_ms=round(seconds * 1000, 3), credential_id=scope["state"].get("credential_id"))
+
+
+def _with_request_id(message: Message, rid: str) -> Message:
+    headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+    return {**message, "headers": [*headers, (b"x-request-id", rid.encode())]}
+
+
+async def _upgrade_with_id(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """A WebSocket upgrade, as a request: its id in `X-Request-Id` of the handshake's answer
+    (accepted or refused) and in a refusal's envelope, and one log line once it is decided. An
+    upgrade closed before it was accepted (no such route: Starlette closes it) is answered with an
+    error envelope too, where the server can answer the handshake with a body."""
+    rid = new_id()
+    state = scope.setdefault("state", {})
+    state["request_id"] = rid
+    started = time.perf_counter()
+    can_answer = "websocket.http.response" in (scope.get("extensions") or {})
+    status: int | None = None
+
+    def decided(code: int) -> None:
+        nonlocal status
+        status = code
+        # The route's template, never the raw path or its query; the credential's id, never its token.
+        log.info("request", request_id=rid, method="GET", route=getattr(scope.get("route"), "path", None)
+                 or "unmatched", status=code, latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                 credential_id=state.get("credential_id"), websocket=True)
+
+    async def refuse(code: int, error: str, message: str) -> None:
+        decided(code)
+        await send({"type": "websocket.http.response.start", "status": code,
+                    "headers": [(b"content-type", b"application/json"), (b"x-request-id", rid.encode())]})
+        await send({"type": "websocket.http.response.body", "body": error_body(rid, error, message)})
+
+    async def send_with_id(message: Message) -> None:
+        kind = message["type"]
+        if status is None:
+            if kind == "websocket.accept":
+                message = _with_request_id(message, rid)
+                decided(101)
+            elif kind == "websocket.http.response.start":
+                message = _with_request_id(message, rid)
+                decided(message["status"])
+            elif kind == "websocket.close":
+                if can_answer and scope.get("route") is None:
+                    await refuse(404, "NOT_FOUND", "no such route")
+                    return
+                decided(403)
+        await send(message)
+
+    try:
+        await app(scope, receive, send_with_id)
+    except Exception:
+        log.exception("internal_error", request_id=rid)
+        if status is None and not can_answer:
+            raise  # the server answers the handshake itself
+        with contextlib.suppress(Exception):
+            if status is None:
+                await refuse(500, "INTERNAL", "internal error")
+            elif status == 101:
+                await send({"type": "websocket.close", "code": 1011, "reason": "internal error"})
 
 
 _SUBMIT_PATH = re.compile(r"/v1/queues/([^/]+)/tasks")
