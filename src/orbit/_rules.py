@@ -7,6 +7,7 @@ import re
 # `\Z`, not `$`: `$` also matches before a trailing newline, which would let "name\n" through.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}\Z")
 REVISION_RE = re.compile(r"^[1-9][0-9]{0,19}\Z")
+UINT64_RE = re.compile(r"^(0|[1-9][0-9]{0,19})\Z")
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,128}\Z")
 # RFC 3339 date-time: seconds required, optional fraction, and an offset of exactly `Z` or `±hh:mm`.
 RFC3339_RE = re.compile(
@@ -14,6 +15,29 @@ RFC3339_RE = re.compile(
 )
 UINT64_MAX = (1 << 64) - 1
 REASON_MAX_CHARS = 1024
+ID_PATTERN = "^[0-9a-f]{32}$"
+ID_RE = re.compile(r"^[0-9a-f]{32}\Z")
+
+
+def _at_most(limit: str) -> str:
+    """A regular expression (no anchors) for the decimal numbers without leading zeros from 1 to
+    `limit`: shorter numbers, then per digit of `limit` a smaller digit followed by any."""
+    shorter = f"[1-9][0-9]{{0,{len(limit) - 2}}}" if len(limit) > 1 else ""
+    branches = [shorter] if shorter else []
+    for i, digit in enumerate(limit):
+        low = 1 if i == 0 else 0
+        if int(digit) > low:
+            rest = len(limit) - i - 1
+            smaller = f"[{low}-{int(digit) - 1}]" if int(digit) - 1 > low else str(low)
+            branches.append(limit[:i] + smaller + (f"[0-9]{{{rest}}}" if rest else ""))
+    branches.append(limit)
+    return "(" + "|".join(branches) + ")"
+
+
+# uint64 decimal strings exactly as the server takes them (no sign, no leading zero, at most
+# 2^64 - 1), for the document: JSON Schema has no maximum for a string.
+NONZERO_UINT64_PATTERN = "^" + _at_most(str(UINT64_MAX)) + "$"
+UINT64_PATTERN = "^(0|" + _at_most(str(UINT64_MAX))[1:] + "$"
 
 
 def check_name(value: str) -> str:
@@ -29,6 +53,19 @@ def check_reason(value: str) -> str:
         raise ValueError("must not be blank")
     if len(value) > REASON_MAX_CHARS:
         raise ValueError(f"must be at most {REASON_MAX_CHARS} characters")
+    return value
+
+
+def check_id(value: str) -> str:
+    if not ID_RE.match(value):
+        raise ValueError("must be an id: 32 lowercase hex characters")
+    return value
+
+
+def check_uint64(value: str) -> str:
+    """A uint64 as a canonical decimal string (`0` included)."""
+    if not UINT64_RE.match(value) or int(value) > UINT64_MAX:
+        raise ValueError("must be the decimal string of a uint64, e.g. \"0\"")
     return value
 
 

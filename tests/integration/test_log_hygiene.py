@@ -103,9 +103,8 @@ async def test_no_token_or_data_in_any_log_line(tenant, base, db, db_url, log_li
         await _bad_core(db_, m["route_sql"])
 
     monkeypatch.setattr(task_service, "get_task", failing_get_task)
-    mysql = not db_url.startswith("sqlite")
-    # MariaDB's syntax error is unexpected (500); SQLite's is an OperationalError (503, UNAVAILABLE).
-    assert (await tenant.get(f"/v1/tasks/{leases[0]['task_id']}")).status_code == (500 if mysql else 503)
+    # A syntax error is a bug on both backends (500), never an outage (503).
+    assert (await tenant.get(f"/v1/tasks/{leases[0]['task_id']}")).status_code == 500
 
     # Background loops that fail on such statements.
     loops = BackgroundLoops()
@@ -131,8 +130,5 @@ async def test_no_token_or_data_in_any_log_line(tenant, base, db, db_url, log_li
     failed = [e for e in events if e["event"] == "background_loop_failed"]
     assert {e["loop"] for e in failed} == {"bad_raw", "bad_core"}
     assert all("message withheld" in e["exception"] for e in failed)
-    if mysql:  # SQLite's errors are DatabaseUnavailable there, logged by class and code
-        assert [e for e in events if e["event"] == "internal_error" and "message withheld" in e["exception"]]
-        assert [e for e in events if e["event"] == "frame_failed" and "message withheld" in e["exception"]]
-    else:
-        assert [e for e in events if e["event"] == "database_unavailable" and e["error"] == "OperationalError"]
+    assert [e for e in events if e["event"] == "internal_error" and "message withheld" in e["exception"]]
+    assert [e for e in events if e["event"] == "frame_failed" and "message withheld" in e["exception"]]

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .config import Settings, parse_address
 from .core.ids import new_id
 from .envelope import error_body
-from .errors import DomainError, invalid_argument
+from .errors import DomainError, describe_errors, invalid_argument
 from .http import applications, events, health, queues, resource_keys, schedules, tasks
 from .http import audit as audit_routes
 from .http import credential as credential_routes
@@ -206,11 +206,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        err = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in err.get("loc", ()) if p not in ("query", "path", "header", "body")]
-        field = ".".join(loc) or None
-        msg = str(err.get("msg", "invalid request"))
-        return error_response(request, invalid_argument(f"{field}: {msg}" if field else msg, field))
+        return error_response(request, describe_errors(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

@@ -6,6 +6,7 @@ code to a status and an envelope, `ws/` to an error reply. Nothing here knows a 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -34,6 +35,15 @@ class DatabaseUnavailable(DomainError):
         super().__init__("UNAVAILABLE", "the database is unavailable; retry with the same identity",
                          retry_after_ms=1000)
         self.reason = reason
+
+
+class ValueRefused(DomainError):
+    """The database refused a value of the request (a character, a length, a number or a date it
+    cannot hold or compare): the request is at fault, not the service, so it is never retryable."""
+
+    def __init__(self) -> None:
+        super().__init__("INVALID_ARGUMENT",
+                         "a value of the request is outside what the server can store or compare; nothing was changed")
 
 
 def invalid_argument(message: str, field: str | None = None, **details: Any) -> DomainError:
@@ -88,9 +98,25 @@ def unsupported_media_type() -> DomainError:
 
 
 def describe_validation_error(exc: ValidationError) -> DomainError:
-    """Turn the first pydantic error into a message that names the field."""
-    err = exc.errors(include_url=False)[0]
-    field = ".".join(str(p) for p in err.get("loc", ())) or None
+    """The refusal of a body that failed its model."""
+    return describe_errors(exc.errors(include_url=False))
+
+
+_PARAMETER_PLACES = ("query", "path", "header", "cookie")
+
+
+def describe_errors(errors: Sequence[Mapping[str, Any]]) -> DomainError:
+    """One refusal for a request's validation errors, with a message that names the field: an
+    unknown field first (a misspelt name is why its correct spelling is then 'required'), else
+    the first error in the order the fields were declared. A query parameter is named without
+    its place (`state`, not `query.state.0`); a body field by its path (`retry.jitter`)."""
+    if not errors:
+        return invalid_argument("invalid request")
+    err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
+    loc = list(err.get("loc", ()))
+    if loc and loc[0] in _PARAMETER_PLACES:
+        loc = [p for p in loc[1:] if not isinstance(p, int)]
+    field = ".".join(str(p) for p in loc) or None
     kind = err.get("type", "")
     if kind == "missing":
         message = "is required"

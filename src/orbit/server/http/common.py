@@ -4,6 +4,8 @@ keys, cursors."""
 from __future__ import annotations
 
 import base64
+import re
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -12,6 +14,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from ..._rules import is_idempotency_key
+from ..core.ids import is_id
 from ..envelope import error_body, status_of
 from ..errors import (
     DomainError,
@@ -179,10 +182,18 @@ class Call:
         return json_response(self.request, {"items": items, "next_cursor": encode_cursor(last)})
 
 
-async def authenticated(request: Request) -> Call:
-    """The `Call` of a route whose query parameters FastAPI validates, as a dependency: FastAPI
-    solves dependencies before it checks parameters, so a bad token is heard first there too."""
-    return await Call(request).__aenter__()
+def authorized(permission: str, *, all_queues: bool = False) -> Callable[[Request], Awaitable[Call]]:
+    """The `Call` of a route whose query parameters FastAPI validates, as a dependency that
+    authenticates and checks the permission: FastAPI solves dependencies before it checks
+    parameters, so a bad token (401) and a missing permission (403) are heard before a bad
+    parameter (400), as on the routes that parse their own body."""
+
+    async def dependency(request: Request) -> Call:
+        call = await Call(request).__aenter__()
+        call.require(permission, all_queues=all_queues)
+        return call
+
+    return dependency
 
 
 def encode_cursor(last_id: str | None) -> str | None:
@@ -191,14 +202,19 @@ def encode_cursor(last_id: str | None) -> str | None:
     return base64.urlsafe_b64encode(orjson.dumps({"after": last_id})).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None) -> str | None:
+_POSITION = re.compile(r"[\x21-\x7e]{1,64}\Z")
+
+
+def decode_cursor(cursor: str | None, valid: Callable[[str], bool] = is_id) -> str | None:
+    """The position a cursor holds (an id unless `valid` says otherwise); a cursor this server
+    did not hand out is a 400, never a value that reaches a statement."""
     if cursor is None:
         return None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         value = orjson.loads(base64.urlsafe_b64decode(padded.encode()))
         after = value["after"]
-        if isinstance(after, str) and len(after) <= 64:
+        if isinstance(after, str) and _POSITION.match(after) and valid(after):
             return after
     except Exception:
         pass

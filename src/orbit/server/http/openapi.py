@@ -57,6 +57,16 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorEnvelope, "description": "error envelope"} for s in statuses}
 
 
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter is optional by `required: false`; its value is text, never null, so the
+    `anyOf [..., null]` of an optional Python parameter would describe nothing a client can send."""
+    branches = [b for b in schema.get("anyOf", []) if b != {"type": "null"}]
+    if "anyOf" not in schema or len(branches) != 1:
+        return schema
+    rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default") or (k == "default" and v is not None)}
+    return {**branches[0], **rest}
+
+
 def install_openapi(app: FastAPI) -> None:
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -78,6 +88,9 @@ def install_openapi(app: FastAPI) -> None:
             for op in path.values():
                 if isinstance(op, dict):
                     op.get("responses", {}).pop("422", None)
+                    for param in op.get("parameters", []):
+                        if param.get("in") == "query" and "schema" in param:
+                            param["schema"] = _not_null(param["schema"])
         schema.setdefault("components", {})["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer", "description": "orb_<credential id>_<secret>"}
         }

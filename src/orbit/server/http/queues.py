@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import (
@@ -17,8 +19,9 @@ from ...models import (
 from ..core import throughput as rules
 from ..services import live, throughput
 from ..services import queues as svc
-from .common import Call, authenticated, decode_cursor
+from .common import Call, authorized, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
+from .params import Cursor, Flag, Limit, Name, number
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
@@ -46,13 +49,13 @@ async def create_queue(request: Request):
     summary="List queues in creation order",
 )
 async def list_queues(
-    call: Call = Depends(authenticated),
-    limit: int = Query(100, ge=1, le=1000),
-    cursor: str | None = Query(None),
-    name: str | None = Query(None, max_length=128),
-    include_retired: bool = Query(False),
+    call: Call = Depends(authorized("queues:read", all_queues=True)),
+    limit: Annotated[Limit, Query()] = 100,
+    cursor: Annotated[Cursor | None, Query()] = None,
+    name: Annotated[Name | None, Query(description="only the queue of this exact name")] = None,
+    include_retired: Annotated[Flag, Query()] = False,
 ):
-    who = call.require("queues:read", all_queues=True)
+    who = call.who
     items, last = await svc.list_queues(call.db, who, name=name, include_retired=include_retired, limit=limit,
                                         after_id=decode_cursor(cursor))
     return call.page(items, last)
@@ -87,11 +90,11 @@ async def get_queue_usage(request: Request, queue_id: str):
 )
 async def get_queue_throughput(
     queue_id: str,
-    call: Call = Depends(authenticated),
-    minutes: int = Query(rules.DEFAULT_MINUTES, ge=rules.MIN_MINUTES, le=rules.MAX_MINUTES,
-                         description="the window: this many minutes of buckets, ending with the current one"),
+    call: Call = Depends(authorized("queues:read")),
+    minutes: Annotated[number(rules.MIN_MINUTES, rules.MAX_MINUTES), Query(
+        description="the window: this many minutes of buckets, ending with the current one")] = rules.DEFAULT_MINUTES,
 ):
-    who = call.require("queues:read")
+    who = call.who
     return call.answer(await throughput.queue_throughput(call.db, who, queue_id, minutes))
 
 

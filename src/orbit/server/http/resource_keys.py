@@ -6,6 +6,8 @@ application's, whatever the credential's queue scope.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import (
@@ -17,8 +19,9 @@ from ...models import (
     RetireResourceKeyRequest,
 )
 from ..services import resource_keys as svc
-from .common import Call, authenticated, decode_cursor
+from .common import Call, authorized, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
+from .params import Cursor, Flag, Limit, Name
 
 router = APIRouter(prefix="/v1/resource-keys", tags=["resource-keys"])
 WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
@@ -46,13 +49,13 @@ async def create_resource_key(request: Request):
     summary="List resource keys in creation order",
 )
 async def list_resource_keys(
-    call: Call = Depends(authenticated),
-    limit: int = Query(100, ge=1, le=1000),
-    cursor: str | None = Query(None),
-    name: str | None = Query(None, max_length=128),
-    include_retired: bool = Query(False),
+    call: Call = Depends(authorized("resource_keys:read")),
+    limit: Annotated[Limit, Query()] = 100,
+    cursor: Annotated[Cursor | None, Query()] = None,
+    name: Annotated[Name | None, Query(description="only the key of this exact name")] = None,
+    include_retired: Annotated[Flag, Query()] = False,
 ):
-    who = call.require("resource_keys:read")
+    who = call.who
     items, last = await svc.list_resource_keys(call.db, who, name=name, include_retired=include_retired,
                                                limit=limit, after_id=decode_cursor(cursor))
     return call.page(items, last)

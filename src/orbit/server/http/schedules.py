@@ -6,6 +6,8 @@ for them and finds no other (404, or left out of lists).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import (
@@ -18,8 +20,9 @@ from ...models import (
     ScheduleRunPage,
 )
 from ..services import schedules as svc
-from .common import Call, authenticated, decode_cursor
+from .common import Call, authorized, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
+from .params import Cursor, Flag, Id, Limit, Name
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
@@ -49,14 +52,14 @@ async def create_schedule(request: Request):
     summary="List schedules in creation order",
 )
 async def list_schedules(
-    call: Call = Depends(authenticated),
-    limit: int = Query(100, ge=1, le=1000),
-    cursor: str | None = Query(None),
-    queue_id: str | None = Query(None, max_length=64),
-    name: str | None = Query(None, max_length=128),
-    include_retired: bool = Query(False),
+    call: Call = Depends(authorized("schedules:read")),
+    limit: Annotated[Limit, Query()] = 100,
+    cursor: Annotated[Cursor | None, Query()] = None,
+    queue_id: Annotated[Id | None, Query(description="only the schedules of this queue")] = None,
+    name: Annotated[Name | None, Query(description="only the schedule of this exact name")] = None,
+    include_retired: Annotated[Flag, Query()] = False,
 ):
-    who = call.require("schedules:read")
+    who = call.who
     items, last = await svc.list_schedules(call.db, who, queue_id=queue_id, name=name,
                                            include_retired=include_retired, limit=limit,
                                            after_id=decode_cursor(cursor))
@@ -81,12 +84,12 @@ async def get_schedule(request: Request, schedule_id: str):
 )
 async def list_schedule_runs(
     schedule_id: str,
-    call: Call = Depends(authenticated),
-    limit: int = Query(100, ge=1, le=1000),
-    cursor: str | None = Query(None),
+    call: Call = Depends(authorized("schedules:read")),
+    limit: Annotated[Limit, Query()] = 100,
+    cursor: Annotated[Cursor | None, Query()] = None,
 ):
-    who = call.require("schedules:read")
-    items, last = await svc.list_runs(call.db, who, schedule_id, limit=limit, after=decode_cursor(cursor))
+    who = call.who
+    items, last = await svc.list_runs(call.db, who, schedule_id, limit=limit, after=decode_cursor(cursor, valid=bool))
     return call.page(items, last)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from dataclasses import replace
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -19,12 +21,12 @@ from ...models import (
     TaskPage,
 )
 from ..core.tracing import parse_traceparent
-from ..errors import invalid_argument
 from ..services import live
 from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest
-from .common import Call, authenticated, decode_cursor
+from .common import Call, authorized, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
+from .params import Cursor, Id, Limit, Stamp, State
 
 router = APIRouter(tags=["tasks"])
 WRITE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 503)
@@ -110,15 +112,15 @@ async def get_task(request: Request, task_id: str):
 )
 async def list_tasks(
     queue_id: str,
-    call: Call = Depends(authenticated),
-    limit: int = Query(100, ge=1, le=1000),
-    cursor: str | None = Query(None),
-    state: list[str] = Query([], description="repeatable state filter"),
-    schedule_id: str | None = Query(None),
-    created_after: str | None = Query(None, description="RFC 3339"),
-    created_before: str | None = Query(None, description="RFC 3339"),
+    call: Call = Depends(authorized("tasks:read")),
+    limit: Annotated[Limit, Query()] = 100,
+    cursor: Annotated[Cursor | None, Query()] = None,
+    state: Annotated[list[State], Query(description="repeatable state filter")] = [],
+    schedule_id: Annotated[Id | None, Query(description="only the tasks this schedule generated")] = None,
+    created_after: Annotated[Stamp | None, Query(description="only tasks accepted after this time")] = None,
+    created_before: Annotated[Stamp | None, Query(description="only tasks accepted before this time")] = None,
 ):
-    who = call.require("tasks:read")
+    who = call.who
     flt = svc.parse_task_filter(state, schedule_id, created_after, created_before)
     items, last = await svc.list_tasks(call.db, who, queue_id, flt, limit=limit, before_id=decode_cursor(cursor))
     return call.page(items, last)
@@ -131,14 +133,12 @@ async def list_tasks(
 )
 async def list_attempts(
     task_id: str,
-    call: Call = Depends(authenticated),
-    limit: int = Query(100, ge=1, le=1000),
-    cursor: str | None = Query(None),
+    call: Call = Depends(authorized("tasks:read")),
+    limit: Annotated[Limit, Query()] = 100,
+    cursor: Annotated[Cursor | None, Query()] = None,
 ):
-    who = call.require("tasks:read")
-    after = decode_cursor(cursor)
-    if after is not None and not after.isdigit():
-        raise invalid_argument("cursor is not valid", "cursor")
+    who = call.who
+    after = decode_cursor(cursor, valid=lambda text: text.isdigit() and len(text) <= 9)
     items, last = await svc.list_attempts(call.db, who, task_id, limit=limit,
                                           after_number=int(after) if after else None)
     return call.page(items, None if last is None else str(last))

@@ -31,7 +31,10 @@ from .auth import Principal
 
 NUMBER_BATCH = 1000
 MAX_LIMIT, DEFAULT_LIMIT, MAX_WAIT_MS = 1000, 100, 30_000
-_TYPE = re.compile(r"^[a-z_]+\.(\*|[a-z_]+)$")
+_ONE_TYPE = r"[a-z_]+\.(\*|[a-z_]+)"
+# A `type` parameter: one or more event types (a family as `schedule.*`), separated by commas.
+TYPES_PATTERN = f"^ *{_ONE_TYPE} *(, *{_ONE_TYPE} *)*$"
+_TYPES = re.compile(TYPES_PATTERN.replace("$", r"\Z"))
 
 
 # ---------------------------------------------------------------- numbering
@@ -118,10 +121,10 @@ def parse_types(values: list[str]) -> tuple[list[str], list[str]]:
     exact: list[str] = []
     prefixes: list[str] = []
     for value in values:
-        for t in filter(None, (v.strip() for v in value.split(","))):
-            if not _TYPE.match(t):
-                raise invalid_argument(f"type: {t!r} is not an event type (like task.succeeded or schedule.*)",
-                                       "type")
+        if not _TYPES.match(value):
+            raise invalid_argument(f"type: {value!r} is not a comma-separated list of event types (like "
+                                   "task.succeeded or schedule.*)", "type")
+        for t in (v.strip(" ") for v in value.split(",")):
             if t.endswith(".*"):
                 prefixes.append(t[:-1])
             else:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import structlog
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -29,11 +29,13 @@ from .dialect import (
     SQLITE_PRAGMAS,
     DatabaseUnavailable,
     PlanNoLongerHolds,
+    ValueRefused,
     dialect_of,
     driver_error,
     is_connection_lost,
-    is_operational,
+    is_data_error,
     is_retryable,
+    is_unavailable,
     mysql_error_code,
     normalize_url,
 )
@@ -190,7 +192,8 @@ class Database:
             lost = is_connection_lost(exc) or isinstance(exc, OSError)
             if lost and conn is not None:
                 conn.close()
-            if lost or is_operational(exc):
+            _refused_value(exc)
+            if lost or is_unavailable(exc):
                 raise DatabaseUnavailable(type(driver_error(exc)).__name__) from exc
             raise
         finally:
@@ -222,10 +225,12 @@ class Database:
                 async with self.read_engine.connect() as conn:
                     async with conn.begin():
                         return await fn(Tx(self.dialect, conn=conn))
-            except DBAPIError as exc:
-                if exc.connection_invalidated and attempt == 1:
+            except (DBAPIError, OverflowError) as exc:
+                _refused_value(exc)
+                invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
+                if invalidated and attempt == 1:
                     continue
-                if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                if is_unavailable(exc) or invalidated:
                     raise DatabaseUnavailable(type(exc).__name__) from exc
                 raise
         raise AssertionError("unreachable")
@@ -250,8 +255,9 @@ class Database:
                     continue
                 if is_connection_lost(exc):
                     raise DatabaseUnavailable("connection lost") from exc
+                _refused_value(exc)
                 invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
-                if (is_operational(exc) or invalidated) and not isinstance(exc, IntegrityError):
+                if (is_unavailable(exc) or invalidated) and not isinstance(exc, IntegrityError):
                     log.warning("database_unavailable", error=type(driver_error(exc)).__name__,
                                 code=mysql_error_code(exc), during_commit=committing)
                     raise DatabaseUnavailable(type(driver_error(exc)).__name__) from exc
@@ -313,6 +319,14 @@ class Database:
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
+
+
+def _refused_value(exc: BaseException) -> None:
+    """A value the database refused is the request's fault (validation let it through), never an
+    outage: 400, logged by code so that the gap in validation gets closed."""
+    if is_data_error(exc):
+        log.warning("database_refused_value", error=type(driver_error(exc)).__name__, code=mysql_error_code(exc))
+        raise ValueRefused() from exc
 
 
 def null_pool_engine(url: str) -> AsyncEngine:

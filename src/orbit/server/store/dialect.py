@@ -6,9 +6,9 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
-from ..errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable, ValueRefused
 
-__all__ = ["DatabaseUnavailable"]  # raised by the store; defined with the other refusals
+__all__ = ["DatabaseUnavailable", "ValueRefused"]  # raised by the store; defined with the other refusals
 
 MYSQL, SQLITE = "mysql", "sqlite"
 
@@ -18,6 +18,21 @@ LOCK_WAIT_TIMEOUT = 1205
 DUPLICATE_KEY = 1062
 BAD_NULL = 1048  # "Column … cannot be null" (strict mode): how a guarded deferred UPDATE says no
 CONNECTION_LOST = frozenset({2002, 2003, 2006, 2013, 2055})
+# The server did not serve (beyond the lost connections above and the client library's own
+# errors, 2000-2999): overloaded, out of resources, refusing access, read-only, shutting down,
+# a statement killed or timed out, a crashed table. Safe to retry later: UNAVAILABLE.
+SERVER_UNAVAILABLE = frozenset({
+    1021, 1037, 1038, 1040, 1041, 1044, 1045, 1047, 1053, 1077, 1079, 1080, 1081, 1114, 1129, 1130,
+    1135, 1152, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1180, 1181, 1184, 1194, 1195, 1203,
+    1205, 1213, 1226, 1290, 1317, 1792, 1836, 1927, 1969, 3024, 4031,
+})
+# The server refused a value (a character its column cannot hold, too long, out of range, a bad
+# date, an illegal mix of collations in a comparison): the request carried a value validation
+# should have refused. Never an outage: INVALID_ARGUMENT. SQLSTATE class 22 is data errors too.
+DATA_ERRORS = frozenset({1264, 1265, 1266, 1267, 1270, 1271, 1292, 1300, 1366, 1367, 1406, 1411, 1690, 3140})
+# SQLite's refusals that mean the file cannot be served now, as opposed to a statement it refused.
+_SQLITE_UNAVAILABLE = ("database is locked", "database is busy", "unable to open database", "disk i/o error",
+                       "database or disk is full", "readonly database", "database disk image is malformed")
 
 # Every MySQL connection, whichever pool opened it, runs these once.
 MYSQL_SESSION = (
@@ -115,7 +130,28 @@ def is_connection_lost(exc: BaseException) -> bool:
     return mysql_error_code(exc) in CONNECTION_LOST
 
 
-def is_operational(exc: BaseException) -> bool:
-    """The drivers' (and SQLAlchemy's) OperationalError: the database refused to serve (too many
-    connections, access, a locked SQLite file), as opposed to a statement that is wrong."""
-    return type(driver_error(exc)).__name__ == "OperationalError" or type(exc).__name__ == "OperationalError"
+def is_data_error(exc: BaseException) -> bool:
+    """The database refused a value, not the statement or the service: see `DATA_ERRORS`. On
+    SQLite, an integer beyond 64 bits (the driver refuses to bind it)."""
+    code = mysql_error_code(exc)
+    if code is not None:
+        return code in DATA_ERRORS or str(getattr(driver_error(exc), "sqlstate", "") or "").startswith("22")
+    orig = driver_error(exc)
+    if isinstance(orig, OverflowError):
+        return "SQLite" in str(orig)
+    return type(orig).__name__ == "DataError"
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """The database did not serve (unreachable, overloaded, refusing access, read-only, a locked
+    or unwritable SQLite file), as opposed to a statement it refused (a bug: 500) or a value it
+    refused (`is_data_error`: 400). Only this is a retryable outage (503 UNAVAILABLE)."""
+    code = mysql_error_code(exc)
+    if code is not None:
+        return code in CONNECTION_LOST or code in SERVER_UNAVAILABLE or 2000 <= code < 3000
+    orig = driver_error(exc)
+    if type(orig).__name__ == "OperationalError" and type(orig).__module__.startswith("sqlite3"):
+        message = str(orig).lower()
+        return any(m in message for m in _SQLITE_UNAVAILABLE)
+    # SQLAlchemy's own (a pool timeout, a connection it could not open) name no driver error.
+    return type(exc).__name__ == "OperationalError" and orig is exc
