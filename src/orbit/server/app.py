@@ -29,6 +29,7 @@ from .http import metrics as metrics_routes
 from .http.common import error_response
 from .http.draining import DrainingGate
 from .http.openapi import install_openapi
+from .http.routing import MethodGate, allowed_methods, method_not_allowed
 from .loops import BackgroundLoops
 from .node import Node
 from .services import dispatch, idempotency, scheduler, throughput
@@ -162,7 +163,7 @@ async def _upgrade_with_id(app: ASGIApp, scope: Scope, receive: Receive, send: S
                 await send({"type": "websocket.close", "code": 1011, "reason": "internal error"})
 
 
-_SUBMIT_PATH = re.compile(r"/v1/queues/([^/]+)/tasks")
+_SUBMIT_PATH = re.compile(r"/v1/queues/([^/:]+)/tasks")  # a path parameter never holds a colon
 
 
 class SubmitFastPath:
@@ -210,12 +211,13 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        if exc.status_code == 404:
+        # MethodGate answers a known path's other methods first; the router's 405 reaches here only
+        # for a path no route has once its parameters stop at a colon (`/v1/queues/x:nothing`).
+        allowed = allowed_methods(request.app, request.scope["path"]) if exc.status_code == 405 else []
+        if exc.status_code == 404 or (exc.status_code == 405 and not allowed):
             return error_response(request, DomainError("NOT_FOUND", "no such route"))
         if exc.status_code == 405:
-            allow = (exc.headers or {}).get("Allow")
-            return error_response(request, invalid_argument("method not allowed on this route"), status=405,
-                                  headers={"Allow": allow} if allow else None)
+            return method_not_allowed(request, allowed)
         return error_response(request, invalid_argument(str(exc.detail)), status=exc.status_code)
 
 
@@ -291,6 +293,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     app.include_router(ui_routes.router)
     app.include_router(worker_route.router)
     install_openapi(app)
+    app.add_middleware(MethodGate, api=app)  # inside the fast path: a submit needs no method check
     app.add_middleware(SubmitFastPath, api=app)
     app.add_middleware(DrainingGate, node=node)  # outside the fast path, inside the request id
     app.add_middleware(RequestIdMiddleware)
