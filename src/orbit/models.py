@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -20,6 +20,7 @@ from pydantic import (
     PlainSerializer,
     ValidationInfo,
     WithJsonSchema,
+    model_validator,
 )
 
 from ._rules import check_name, check_reason, check_timestamp, parse_revision
@@ -122,8 +123,70 @@ Revision = Annotated[
 ]
 
 
+def _request_model(annotation: Any) -> type[StrictRequest] | None:
+    """The request model a field holds (`RetryPolicy | None` -> RetryPolicy), if any."""
+    if isinstance(annotation, type):
+        return annotation if issubclass(annotation, StrictRequest) else None
+    for arg in get_args(annotation):
+        found = _request_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _nullable_optionals(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """The document says what the server takes: an optional field may be given as null."""
+    required = set(schema.get("required", ()))
+    for name, prop in schema.get("properties", {}).items():
+        if name in required or {"type": "null"} in prop.get("anyOf", ()):
+            continue
+        meta = {k: prop.pop(k) for k in ("title", "description", "default") if k in prop}
+        schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **meta}
+
+
 class StrictRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    """A request body. Strict (no coercion, unknown fields refused), and an optional field given
+    as null is the same as omitting it: it takes its default, and is digested as omitted
+    (`omitted_nulls`). A required field given as null is refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_nullable_optionals)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_omitted(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {k: v for k, v in data.items() if v is not None or k not in fields or fields[k].is_required()}
+
+    @classmethod
+    def nested(cls, name: str) -> type[StrictRequest] | None:
+        """The request model of a field's value (or of each item of a list), if it holds one."""
+        field = cls.model_fields.get(name)
+        return None if field is None else _request_model(field.annotation)
+
+
+def omitted_nulls(model: type[StrictRequest], body: Any) -> Any:
+    """A body as the client meant it: optional fields given as null removed, in nested request
+    objects (and list items) too. What the idempotency digest is taken of, so that a null and an
+    omission are the same request."""
+    if not isinstance(body, dict):
+        return body
+    out: dict[str, Any] = {}
+    for key, value in body.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            out[key] = value  # unknown: validation names it
+            continue
+        if value is None and not field.is_required():
+            continue
+        inner = model.nested(key)
+        if inner is not None and isinstance(value, list):
+            value = [omitted_nulls(inner, item) for item in value]
+        elif inner is not None:
+            value = omitted_nulls(inner, value)
+        out[key] = value
+    return out
 
 
 class CreateQueueRequest(StrictRequest):
@@ -371,6 +434,10 @@ class BatchSubmitRequest(StrictRequest):
     """Body of `POST /v1/queues/{queue_id}/tasks:batch` (each item validated on its own)."""
 
     tasks: list[Any] = Field(min_length=1, max_length=500, description="items: idempotency_key + submit fields")
+
+    @classmethod
+    def nested(cls, name: str) -> type[StrictRequest] | None:
+        return SubmitTaskItem if name == "tasks" else None
 
 
 class CancelTaskRequest(StrictRequest):

@@ -362,13 +362,14 @@ def _invalid_settings(queue_id: str) -> list[tuple[dict[str, Any], str | None]]:
         cases.append(({**cron, "cron": expr}, "cron"))
     cases += [({**base, "interval_seconds": v}, "interval_seconds") for v in (0, -1, 31_622_401, 60.0, "60", True)]
     cases += [({**base, "timezone": v}, "timezone")
-              for v in ("Mars/Olympus", "utc", "Europe/Berlin ", "../etc/passwd", "", None, 1, "x" * 65)]
+              for v in ("Mars/Olympus", "utc", "Europe/Berlin ", "../etc/passwd", "", 1, "x" * 65)]
+    # An optional field given as null is omitted (tests/integration/test_null_fields.py): not here.
     cases += [({**base, "misfire": {"policy": "catch_up", "catch_up_window_seconds": v}},
-               "misfire.catch_up_window_seconds") for v in (-1, 604_801, 1.5, "60", None)]
-    cases += [({**base, "misfire": {"policy": v}}, "misfire.policy") for v in ("all", "", None, "LATEST")]
+               "misfire.catch_up_window_seconds") for v in (-1, 604_801, 1.5, "60")]
+    cases += [({**base, "misfire": {"policy": v}}, "misfire.policy") for v in ("all", "", "LATEST")]
     cases += [({**base, "misfire": {"policy": "latest", "window": 5}}, "misfire.window"),
-              ({**base, "misfire": None}, "misfire"), ({**base, "misfire": "latest"}, "misfire")]
-    cases += [({**base, "overlap": v}, "overlap") for v in ("forbid", "", None, True)]
+              ({**base, "misfire": "latest"}, "misfire")]
+    cases += [({**base, "overlap": v}, "overlap") for v in ("forbid", "", True)]
     cases += [({**base, "start_at": v}, "start_at") for v in ("2026-01-01", "2026-01-01T00:00:00", "tomorrow", 5,
                                                             "9999-12-31T23:59:59-23:59")]
     cases += [({**base, "end_at": "2026-13-01T00:00:00Z"}, "end_at"),
@@ -380,7 +381,7 @@ def _invalid_settings(queue_id: str) -> list[tuple[dict[str, Any], str | None]]:
               ({**base, "task": {}}, "task.payload"), ({**base, "task": {"payload": None}}, "task.payload"),
               ({**base, "task": [task]}, "task")]
     for field, values in (("priority", (-1, 10, 5.0, "5")), ("max_attempts", (0, 101)),
-                          ("on_lease_lost", ("never", None)), ("deadline_seconds", (0, 31_622_401, "60")),
+                          ("on_lease_lost", ("never",)), ("deadline_seconds", (0, 31_622_401, "60")),
                           ("start_deadline_seconds", (0, 31_622_401, 1.5)),
                           ("resource_keys", (["a"] * 2, ["a", "b", "c", "d", "e"], ["-bad"], "a", [None])),
                           ("available_at", ("2030-01-01T00:00:00Z",)), ("deadline_at", ("2030-01-01T00:00:00Z",))):
@@ -404,7 +405,7 @@ async def test_create_body_rules(tenant, db):
               for names in (["no-such-key"], [retired_key["name"]], [(await resource_key(tenant))["name"], "nope"])]
     cases += [({**base, "queue_id": v}, "queue_id") for v in (None, "", queue["id"].upper(), queue["id"][:-1], 5)]
     cases += [({k: v for k, v in base.items() if k != f}, f) for f in ("name", "queue_id")]
-    cases += [({**base, "paused": v}, "paused") for v in (None, "false", 0)]
+    cases += [({**base, "paused": v}, "paused") for v in ("false", 0)]  # optional at create: null is omitted
     cases += [({**base, f: 1}, f) for f in ("id", "revision", "reason", "expected_revision", "next_trigger_at",
                                             "retired_at", "namespace_id")]
     cases += [({}, None)]
@@ -908,7 +909,8 @@ async def test_openapi_describes_the_schedule_api(http):
     assert set(schemas["ConfigureScheduleRequest"]["properties"]) == \
         set(schemas["CreateScheduleRequest"]["properties"]) - {"name", "queue_id"} | {"expected_revision", "reason"}
     window = schemas["MisfirePolicy"]["properties"]["catch_up_window_seconds"]
-    assert (window["minimum"], window["maximum"]) == (0, 604_800)
+    assert window["anyOf"][1] == {"type": "null"}  # optional: null is the same as omitted
+    assert (window["anyOf"][0]["minimum"], window["anyOf"][0]["maximum"]) == (0, 604_800)
     assert set(schemas["TaskTemplate"]["properties"]) == TASK_FIELDS
     assert set(schemas["Schedule"]["properties"]) == FIELDS
     assert set(schemas["ScheduleRun"]["properties"]) == {"trigger_at", "outcome", "task_id", "reason", "created_at"}

@@ -98,10 +98,11 @@ async def test_payload_size_limit_is_inclusive(tenant):
 @pytest.mark.parametrize(
     "field,good,bad",
     [
-        ("priority", [0, 9, 5], [-1, 10, 5.0, "5", True, None, [5]]),
-        ("max_attempts", [1, 100], [0, 101, 3.0, "3", False, None]),
+        # null is the same as omitting the field (tests/integration/test_null_fields.py)
+        ("priority", [0, 9, 5], [-1, 10, 5.0, "5", True, [5]]),
+        ("max_attempts", [1, 100], [0, 101, 3.0, "3", False]),
         ("deadline_seconds", [1, 31622400], [0, -1, 31622401, 10.0, "10", True]),
-        ("on_lease_lost", ["review", "retry"], ["REVIEW", "ignore", "", None, 1, ["retry"]]),
+        ("on_lease_lost", ["review", "retry"], ["REVIEW", "ignore", "", 1, ["retry"]]),
     ],
 )
 async def test_scalar_policy_fields(tenant, field, good, bad):
@@ -163,7 +164,6 @@ async def test_retry_policy_bounds(tenant):
         ({"multiplier": 10.01}, "multiplier"),
         ({"multiplier": 0}, "multiplier"),
         ({"multiplier": "2"}, "multiplier"),
-        ({"multiplier": None}, "multiplier"),
         ({"jitter": -0.01}, "jitter"),
         ({"jitter": 1.01}, "jitter"),
         ({"jitter": True}, "jitter"),
@@ -188,7 +188,7 @@ async def test_resource_keys_rules(tenant):
         ["-bad"], [""], ["a b"], ["x" * 129], [1], [None],  # bad names
         ["db-primary"],  # well-formed but unknown
         ["a", "b", "c", "d"],  # four unknown names
-        "db-primary", {"db": 1}, None,  # not a list
+        "db-primary", {"db": 1},  # not a list
     ]
     for keys in cases:
         await rejected(tenant, q, {"payload": 1, "resource_keys": keys}, "resource_keys")

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 from fastapi import Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ..._rules import is_idempotency_key
+from ...models import StrictRequest, omitted_nulls
 from ..core.ids import is_id
 from ..envelope import error_body, status_of
 from ..errors import (
@@ -31,7 +32,7 @@ from ..services.outbox import Actor
 if TYPE_CHECKING:
     from ..store.db import Database
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=StrictRequest)
 
 
 def request_id(request: Request) -> str:
@@ -156,7 +157,9 @@ class Call:
         return self.who
 
     async def body(self, model: type[M]) -> tuple[dict[str, Any], M]:
-        raw = await read_json_object(self.request, self.node.settings.max_body_bytes)
+        """The body as sent (optional fields given as null left out: the same request as without
+        them, for the digest too) and as validated."""
+        raw = omitted_nulls(model, await read_json_object(self.request, self.node.settings.max_body_bytes))
         try:
             return raw, model.model_validate(raw, context={"wire": True})
         except ValidationError as exc:

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from ...models import CancelTaskRequest, ReviewTaskRequest, SubmitTaskItem, SubmitTaskRequest
+from ...models import CancelTaskRequest, ReviewTaskRequest, SubmitTaskItem, SubmitTaskRequest, omitted_nulls
 from ..core import states
 from ..core.admission import TimeRuleError, resolve_times
 from ..core.deadlines import next_sweep, sweep_action
@@ -177,6 +177,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
     if not isinstance(item, dict):
         return SubmitCommand("", "", None,
                              error=invalid_argument(f"tasks[{index}]: must be a JSON object", f"tasks[{index}]"))
+    item = omitted_nulls(SubmitTaskItem, item)
     key = item.get("idempotency_key")
     fields = {k: v for k, v in item.items() if k != "idempotency_key"}
     try:
