@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timedelta
 
 import httpx
@@ -14,7 +15,7 @@ from orbit import APIError, AsyncClient, Client
 from orbit.server.core import throughput as rules
 from orbit.server.services import dispatch, throughput
 from orbit.server.services.tasks import sweep_deadlines
-from orbit.server.store.queries import throughput as samples_q
+from orbit.server.store.db import Database
 from orbit.server.store.tx import Stmt
 
 from .queue_helpers import DECIMAL, TIMESTAMP, assert_error, ok
@@ -45,6 +46,12 @@ async def totals_row(db, queue_id: str) -> tuple[int, int, int]:
 async def samples_of(db, queue_id: str) -> list[tuple]:
     return [(r["at"], int(r["started_total"]), int(r["succeeded_total"]), int(r["failed_total"]))
             for r in await rows(db, "SELECT * FROM queue_samples WHERE queue_id = ? ORDER BY at", queue_id)]
+
+
+async def head_of(db, queue_id: str) -> tuple | None:
+    found = [(r["at"], int(r["started_total"]), int(r["succeeded_total"]), int(r["failed_total"]))
+             for r in await rows(db, "SELECT * FROM queue_sample_heads WHERE queue_id = ?", queue_id)]
+    return found[0] if found else None
 
 
 async def task_state(tenant, task_id: str) -> str:
@@ -202,7 +209,7 @@ async def test_the_sampler_writes_a_sample_only_where_counters_moved_or_a_baseli
     long_ago = t0 - timedelta(hours=1)
 
     async def sample_at(at, stale_before=long_ago):
-        return await db.transaction(lambda tx: tx.count(samples_q.sample_queues(at, stale_before)))
+        return await db.transaction(lambda tx: throughput.sample_at(tx, at, stale_before))
 
     assert await sample_at(t0) >= 2  # a queue without a sample gets one
     assert await samples_of(db, qid) == [(t0, 0, 0, 0)]
@@ -228,12 +235,37 @@ async def test_the_sampler_writes_a_sample_only_where_counters_moved_or_a_baseli
     await throughput.sample(db)  # the same bucket, or nothing moved: no second sample
     assert len(await samples_of(db, qid)) == 3
 
+    assert await head_of(db, qid) == (await samples_of(db, qid))[-1]
+    assert await head_of(db, idle["id"]) == (t0 + 3 * step, 0, 0, 0)
+
     # Pruning drops what is older than the retention, and nothing newer.
     await write(db, "INSERT INTO queue_samples (queue_id, at, started_total, succeeded_total, failed_total) "
                 "VALUES (?, ?, 0, 0, 0)", qid, t0 - timedelta(hours=2))
     assert await throughput.prune(db, batch=1) >= 1
     kept = await samples_of(db, qid)
     assert len(kept) == 3 and kept[0][0] == t0
+
+
+async def test_a_head_outlives_its_pruned_sample(tenant, db):
+    q = await tenant.create_queue()
+    qid = q["id"]
+    now = rules.bucket_start(parse_ts(ok(await tenant.get(f"/v1/queues/{qid}/throughput"))["at"])
+                             .replace(tzinfo=None))
+    old = now - timedelta(minutes=90)
+    assert await db.transaction(lambda tx: throughput.sample_at(tx, old, old - timedelta(hours=1))) >= 1
+    await write(db, "UPDATE queue_usage SET started_total = 2 WHERE queue_id = ?", qid)
+    assert await db.transaction(lambda tx: throughput.sample_at(tx, old + timedelta(seconds=5),
+                                                                old - timedelta(hours=1))) >= 1
+    assert await head_of(db, qid) == (old + timedelta(seconds=5), 2, 0, 0)
+    await throughput.prune(db)
+    assert await samples_of(db, qid) == []
+    assert await head_of(db, qid) == (old + timedelta(seconds=5), 2, 0, 0)  # pruning leaves the heads alone
+    # The counters did not move since: no sample, until a baseline is due (the head is older than 30 minutes).
+    await db.transaction(lambda tx: throughput.sample_at(tx, now - timedelta(minutes=5), old))
+    assert await samples_of(db, qid) == []
+    await throughput.sample(db)
+    (baseline,) = await samples_of(db, qid)
+    assert baseline[1:] == (2, 0, 0) and await head_of(db, qid) == baseline
 
 
 async def test_the_view_is_scoped_and_checked_like_the_usage_view(tenant, http, db):
@@ -279,3 +311,187 @@ async def test_the_sdk_reads_the_view(tenant, app):
 
         view = await asyncio.to_thread(sync_read)
         assert len(view.points) == 12 and view.totals.started == 0
+
+
+# ---------------------------------------------------------------- nodes sampling at the same time
+# On MariaDB (READ COMMITTED) a pass reads the usage rows and heads from a snapshot taken when its
+# statement starts, and takes the heads' row locks only to move them. These tests hold one pass
+# (another node's) open at chosen points and start a second pass meanwhile, so that its snapshot
+# predates the first one's commit.
+
+
+@pytest.fixture
+def mariadb(db):
+    if db.dialect != "mysql":
+        pytest.skip("concurrent writers: SQLite has a single one")
+
+
+def hold(db, *steps):
+    """Run `steps` (each `fn(tx)`) in one transaction, pausing after each but the last until the
+    returned `go` event is set; `paused` is set at every pause. Returns (task, paused, go); the
+    task's result is the steps' results."""
+    paused, go = asyncio.Event(), asyncio.Event()
+
+    async def body(tx):
+        out = []
+        for i, step in enumerate(steps):
+            out.append(await step(tx))
+            if i < len(steps) - 1:
+                paused.set()
+                await go.wait()
+                go.clear()
+        return out
+
+    return asyncio.create_task(db.transaction(body)), paused, go
+
+
+async def waiting_pass(db, at: datetime, stale_before: datetime) -> tuple[asyncio.Task, bool]:
+    """Start a sampling pass; return it once it waits for a row lock held by another transaction,
+    with True (False: it never did)."""
+    connection: list[int] = []
+
+    async def body(tx):
+        connection.append(int((await tx.rows(Stmt("SELECT CONNECTION_ID() AS id")))[0]["id"]))
+        return await throughput.sample_at(tx, at, stale_before)
+
+    task = asyncio.create_task(db.transaction(body))
+    for _ in range(20):
+        # innodb_trx is a cache that MariaDB refreshes only when it was not read for 0.1 s.
+        await asyncio.sleep(0.15)
+        if task.done():
+            break
+        if connection and await rows(db, "SELECT 1 FROM information_schema.innodb_trx WHERE "
+                                          "trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", connection[-1]):
+            return task, True
+    return task, False
+
+
+def no_driver_warnings(caplog) -> bool:
+    return not [r for r in caplog.records if r.name.startswith("asyncmy") and r.levelno >= logging.WARNING]
+
+
+async def past_bucket(tenant, queue_id: str) -> datetime:
+    """A bucket ten minutes ago: passes labelled from there on are buckets of their own."""
+    now = parse_ts(ok(await tenant.get(f"/v1/queues/{queue_id}/throughput"))["at"]).replace(tzinfo=None)
+    return rules.bucket_start(now) - timedelta(minutes=10)
+
+
+async def test_two_nodes_sampling_at_once_leave_one_sample_per_bucket_and_the_head_on_it(tenant, db, mariadb,
+                                                                                           caplog):
+    caplog.set_level(logging.WARNING, logger="asyncmy")
+    qid = (await tenant.create_queue())["id"]
+    t = await past_bucket(tenant, qid)
+    step, stale = timedelta(seconds=5), t - timedelta(hours=1)
+    assert await db.transaction(lambda tx: throughput.sample_at(tx, t, stale)) >= 1
+    await write(db, "UPDATE queue_usage SET started_total = 3, failed_total = 1 WHERE queue_id = ?", qid)
+
+    # The same bucket: the first node moved the head and wrote its sample, not yet committed.
+    first, paused, go = hold(db, lambda tx: throughput.sample_at(tx, t + step, stale), lambda tx: tx.now())
+    await paused.wait()
+    # It holds no lock on the usage rows: a dispatch's update goes through at once.
+    await asyncio.wait_for(write(db, "UPDATE queue_usage SET started_total = 5 WHERE queue_id = ?", qid), 2)
+    # The second node read the newer counters and the old head; it waits for the head's row lock.
+    second, waited = await waiting_pass(db, t + step, stale)
+    go.set()
+    assert waited
+    assert (await first)[0] >= 1 and await second == 0
+    # The bucket's sample and the head are the first node's: the next pass writes what moved since.
+    assert await samples_of(db, qid) == [(t, 0, 0, 0), (t + step, 3, 0, 1)]
+    assert await head_of(db, qid) == (t + step, 3, 0, 1)
+    await db.transaction(lambda tx: throughput.sample_at(tx, t + 2 * step, stale))
+    assert (await samples_of(db, qid))[-1] == (t + 2 * step, 5, 0, 1) == await head_of(db, qid)
+
+    # A later bucket committed first: the pass of an earlier bucket never moves the head back
+    # (nor writes a sample behind the latest one).
+    await write(db, "UPDATE queue_usage SET succeeded_total = 2 WHERE queue_id = ?", qid)
+    first, paused, go = hold(db, lambda tx: throughput.sample_at(tx, t + 4 * step, stale), lambda tx: tx.now())
+    await paused.wait()
+    second, waited = await waiting_pass(db, t + 3 * step, stale)
+    go.set()
+    assert waited
+    assert (await first)[0] >= 1 and await second == 0
+    assert [s[0] for s in await samples_of(db, qid)] == [t, t + step, t + 2 * step, t + 4 * step]
+    assert await head_of(db, qid) == (t + 4 * step, 5, 2, 1)
+
+    # An earlier bucket committed first: the later one follows it.
+    await write(db, "UPDATE queue_usage SET started_total = 6 WHERE queue_id = ?", qid)
+    first, paused, go = hold(db, lambda tx: throughput.sample_at(tx, t + 5 * step, stale), lambda tx: tx.now())
+    await paused.wait()
+    await write(db, "UPDATE queue_usage SET started_total = 7 WHERE queue_id = ?", qid)
+    second, waited = await waiting_pass(db, t + 6 * step, stale)
+    go.set()
+    assert waited
+    assert (await first)[0] >= 1 and await second >= 1
+    assert (await samples_of(db, qid))[-2:] == [(t + 5 * step, 6, 2, 1), (t + 6 * step, 7, 2, 1)]
+    assert await head_of(db, qid) == (t + 6 * step, 7, 2, 1)
+
+    # Nothing moved since: nothing written, however many nodes.
+    counted = len(await samples_of(db, qid))
+    await asyncio.gather(*(db.transaction(lambda tx: throughput.sample_at(tx, t + 7 * step, stale))
+                           for _ in range(2)))
+    assert len(await samples_of(db, qid)) == counted
+
+    # A node sampling a bucket after another one committed it writes what moved since, and leaves
+    # the other node's samples of the bucket as they are.
+    other = (await tenant.create_queue())["id"]
+    assert await db.transaction(lambda tx: throughput.sample_at(tx, t + 8 * step, stale)) >= 1
+    await write(db, "UPDATE queue_usage SET failed_total = 2 WHERE queue_id = ?", qid)
+    assert await db.transaction(lambda tx: throughput.sample_at(tx, t + 8 * step, stale)) == 1
+    assert await samples_of(db, other) == [(t + 8 * step, 0, 0, 0)]
+    assert (await samples_of(db, qid))[-1] == (t + 8 * step, 7, 2, 2) == await head_of(db, qid)
+    assert no_driver_warnings(caplog)
+
+
+async def test_a_pass_that_read_older_counters_never_moves_a_newer_head_back(tenant, db, mariadb, caplog):
+    """Its bucket is later, but another node read the counters after it did and moved the head
+    first: writing the older counters as the later sample would count the difference twice."""
+    caplog.set_level(logging.WARNING, logger="asyncmy")
+    qid = (await tenant.create_queue())["id"]
+    t = await past_bucket(tenant, qid)
+    step, stale = timedelta(seconds=5), t - timedelta(hours=1)
+    await db.transaction(lambda tx: throughput.sample_at(tx, t, stale))
+    await write(db, "UPDATE queue_usage SET started_total = 1 WHERE queue_id = ?", qid)
+
+    # The other node holds the head's row (it is about to move it).
+    other, paused, go = hold(db, lambda tx: tx.rows(Stmt("SELECT queue_id FROM queue_sample_heads WHERE queue_id = ? "
+                                                         "{FOR_UPDATE}", (qid,))),
+                             lambda tx: throughput.sample_at(tx, t + step, stale))
+    await paused.wait()
+    late, waited = await waiting_pass(db, t + 2 * step, stale)  # read started_total = 1
+    await asyncio.wait_for(write(db, "UPDATE queue_usage SET started_total = 4 WHERE queue_id = ?", qid), 2)
+    go.set()  # the other node reads 4, labels it t + step, commits
+    assert waited
+    assert (await other)[1] >= 1
+    await late
+    assert await samples_of(db, qid) == [(t, 0, 0, 0), (t + step, 4, 0, 0)]
+    assert await head_of(db, qid) == (t + step, 4, 0, 0)
+    await db.transaction(lambda tx: throughput.sample_at(tx, t + 3 * step, stale))  # nothing moved since
+    assert await samples_of(db, qid) == [(t, 0, 0, 0), (t + step, 4, 0, 0)]
+    assert no_driver_warnings(caplog)
+
+
+async def test_two_nodes_sampling_at_once(tenant, db, db_url, caplog):
+    """Two `Database`s (nodes) run passes of the same buckets together, counters moving in
+    between: every moved queue gets exactly one sample a bucket, and its head is that sample."""
+    caplog.set_level(logging.WARNING, logger="asyncmy")
+    queues = [(await tenant.create_queue())["id"] for _ in range(20)]
+    t = await past_bucket(tenant, queues[0])
+    stale = t - timedelta(hours=1)
+    other = Database(db_url, pool_size=2)
+    try:
+        for i in range(4):
+            moved = queues[i % 3::3] if i else queues
+            await write(db, f"UPDATE queue_usage SET started_total = started_total + 1 WHERE queue_id IN "
+                            f"({', '.join('?' * len(moved))})", *moved)
+            at = t + i * rules.INTERVAL
+            written = await asyncio.gather(*(d.transaction(lambda tx: throughput.sample_at(tx, at, stale))
+                                             for d in (db, other)))
+            assert sum(written) >= len(moved)
+            for qid in queues:
+                history = await samples_of(db, qid)
+                assert (history[-1][0] == at) == (qid in moved)
+                assert len(history) == 1 + sum(qid in queues[j % 3::3] for j in range(1, i + 1))
+                assert history[-1][1:] == await totals_row(db, qid) and await head_of(db, qid) == history[-1]
+    finally:
+        await other.close()
+    assert no_driver_warnings(caplog)

@@ -3,6 +3,7 @@ per-bucket view the dashboard charts (`core/throughput.py` holds the rules)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ..core import throughput as rules
@@ -22,9 +23,17 @@ async def sample(db: Database) -> int:
 
     async def body(tx: Tx) -> int:
         at, stale_before = rules.sample_cutoffs(await tx.now())
-        return await tx.count(samples_q.sample_queues(at, stale_before))
+        return await sample_at(tx, at, stale_before)
 
     return await db.transaction(body)
+
+
+async def sample_at(tx: Tx, at: datetime, stale_before: datetime) -> int:
+    """One sampling pass labelled `at`, in `tx`: move the heads that need it, then write their
+    samples (none when no head moved); returns the samples written."""
+    if not await tx.count(samples_q.move_heads(at, stale_before)):
+        return 0
+    return await tx.count(samples_q.sample_heads(at))
 
 
 async def prune(db: Database, batch: int = 5000) -> int:

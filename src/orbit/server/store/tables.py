@@ -102,6 +102,16 @@ queue_samples = Table(
     Index("ix_queue_samples_at", "at"),
 )
 
+queue_sample_heads = Table(
+    "queue_sample_heads",
+    metadata,
+    Column("queue_id", Id, primary_key=True),
+    Column("at", Ts, nullable=False),
+    Column("started_total", U64, nullable=False),
+    Column("succeeded_total", U64, nullable=False),
+    Column("failed_total", U64, nullable=False),
+)
+
 idempotency_records = Table(
     "idempotency_records",
     metadata,
