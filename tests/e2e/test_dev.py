@@ -8,7 +8,7 @@ import stat
 
 from orbit.server.core.permissions import ALL_PERMISSIONS
 
-from .conftest import free_port
+from .conftest import cli_many, free_port
 
 
 def _queue_names(server, token: str) -> set[str]:
@@ -51,3 +51,28 @@ def test_first_start_restart_keeps_data(tmp_path, spawn):
     assert _queue_names(again, token) == {"default", "kept"}
     assert token not in again.stdout and token not in again.stderr
     assert again.terminate(timeout=15) == 0, again.stderr
+
+
+def test_refuses_a_data_dir_others_can_write_to_and_leaves_it_as_it_was(tmp_path):
+    """A shared directory (a temporary one, a team's) is never chmod-ed into a private one."""
+    shared, group = tmp_path / "shared", tmp_path / "group"
+    for d, mode in ((shared, 0o777), (group, 0o770)):
+        d.mkdir()
+        os.chmod(d, mode)
+    runs = cli_many(*[(["orbit", "dev", "--data-dir", str(d), "--port", str(free_port())], None)
+                      for d in (shared, group)])
+    for d, mode, run in zip((shared, group), (0o777, 0o770), runs):
+        assert run.returncode == 2, run
+        assert "group- or world-writable" in run.stderr and str(d) in run.stderr, run
+        assert "Traceback" not in run.stderr
+        assert stat.S_IMODE(os.stat(d).st_mode) == mode
+        assert list(d.iterdir()) == []  # no database, no credential
+
+
+def test_a_new_data_dir_is_created_private(tmp_path, spawn):
+    data = tmp_path / "new" / "orbit-data"
+    dev = spawn("orbit", "dev", "--data-dir", str(data), port=free_port())
+    dev.wait_ready()
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o700
+    assert (data / "credentials.json").is_file()
+    assert dev.terminate(timeout=15) == 0, dev.stderr

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import gc
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,24 @@ from .logs import configure_logging
 def _fail(message: str, code: int = 2) -> None:
     click.echo(f"orbit: {message}", err=True)
     sys.exit(code)
+
+
+def _private_data_dir(path: Path) -> Path:
+    """The data directory holds the database and an all-permissions credential. A new one is
+    made 0700; an existing one that others may write to is refused, never chmod-ed: it may be a
+    directory others share (a temporary directory), which a chmod would lock them out of."""
+    try:
+        path.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            _fail(f"--data-dir {path} exists and is not a directory")
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            _fail(f"refusing to use {path} as the data directory: it is group- or world-writable "
+                  f"(mode {mode:04o}); give a directory only you can write to (chmod go-w), or a new path")
+    else:
+        os.chmod(path, 0o700)
+    return path.resolve()
 
 
 def _lock_sqlite(url: str):
@@ -190,8 +209,7 @@ def dev(host: str, port: int, data_dir: Path, log_level: str) -> None:
     from .files import write_secret_json
 
     configure_logging(log_level)
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data_dir = data_dir.resolve()
+    data_dir = _private_data_dir(data_dir)
     url = f"sqlite:///{data_dir / 'orbit.db'}"
     lock = _lock_sqlite(url)
     asyncio.run(migrate.upgrade(url))
@@ -214,8 +232,6 @@ def dev(host: str, port: int, data_dir: Path, log_level: str) -> None:
             finally:
                 await db.close()
 
-        if os.stat(data_dir).st_mode & 0o022:
-            os.chmod(data_dir, 0o700)
         issued = asyncio.run(first_start())
         write_secret_json(cred_path, issued.as_file(), force=False)
     settings = Settings(database_url=url, node_id="dev", dev_mode=True)
