@@ -26,8 +26,8 @@ ALLOWED = {
     "errors": set(),
     "envelope": {"errors"},
     "wakeups": set(),
-    "loops": set(),
-    "batching": {"loops"},
+    "loops": {"core", "errors"},
+    "batching": {"loops", "errors"},
     "config": set(),
 }
 ROOTS = {"app", "node", "migrations"}  # the composition root wires everything together

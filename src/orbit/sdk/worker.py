@@ -29,7 +29,9 @@ Rules the runtime follows (`sdk.md`, `workers.md`, `queues.md`):
 - abandons a task whose lease was revoked (no report);
 - on a `drain` push, `stop()` or SIGTERM/SIGINT: claims nothing more, releases
   leases it has not started, lets running handlers finish within the drain
-  deadline, then returns with `drained = True`.
+  deadline, then returns with `drained = True`;
+- on a `drain` push whose reason is `database_unavailable` (the node lost its
+  database): reconnects instead, keeping what it holds.
 
 Logs go to the stdlib logger ``orbit.worker`` as ``event key=value ...`` lines
 (the fields are also attached as ``record.orbit``); payloads, results and
@@ -199,7 +201,10 @@ class Worker:
 
     A `drain` pushed by the server (its node is shutting down) ends the run
     like `stop()` does, bounded by the server's deadline: run the worker under
-    a supervisor (or loop over `arun()`) to reconnect to another node.
+    a supervisor (or loop over `arun()`) to reconnect to another node. A
+    `drain` whose reason is `database_unavailable` (the node lost its
+    database) does not: the worker reconnects, through the same URL, and goes
+    on with what it holds.
     Sync handlers cannot be interrupted: one still running at the drain
     deadline is abandoned (its lease expires on the server) and `drained` is
     False.
@@ -415,6 +420,7 @@ class Worker:
         self._abandoned = 0
         self._signals = 0
         self._fatal: BaseException | None = None
+        self._closing: set[asyncio.Task] = set()
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -617,6 +623,9 @@ class Worker:
 
     def _on_push(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
+        if kind == "drain" and msg.get("reason") == "database_unavailable":
+            self._reconnect_elsewhere()
+            return
         if kind == "drain":
             deadline_ms = msg.get("deadline_ms")
             timeout = deadline_ms / 1000 if isinstance(deadline_ms, (int, float)) else self.drain_timeout
@@ -629,6 +638,19 @@ class Worker:
             self._cancel_requested(st, "push")
         elif kind == "lease_revoked":
             self._revoke(st, str(msg.get("reason") or "revoked"))
+
+    def _reconnect_elsewhere(self) -> None:
+        """The node lost its database, it is not shutting down: keep the handlers running and go
+        on through a new session, which a balancer gives to a node that is ready (this one's
+        readiness fails meanwhile). Leases, pending Starts and unacknowledged reports carry over
+        with their message ids; a node that still refuses the session is retried with backoff."""
+        session = self._session
+        if session is None or session.closed:
+            return
+        _log(logging.WARNING, "server_lost_database", action="reconnect", in_flight=len(self._leases))
+        task = asyncio.get_running_loop().create_task(session.close(1001, "server lost its database"))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # ------------------------------------------------------------ internals: claiming
 

@@ -240,7 +240,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
         if settings.metrics_listen:
             await listener.enter_async_context(
                 metrics_routes.separate_listener(node.metrics, *parse_address(settings.metrics_listen)))
-        loops = BackgroundLoops()
+        loops = BackgroundLoops(gate=database.health)  # paused while the database is unreachable
         node.hub.start()
         if settings.background_loops:
             retention = timedelta(seconds=settings.idempotency_retention_seconds)

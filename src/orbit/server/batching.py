@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from .errors import DatabaseUnavailable
 from .loops import raise_if_cancelled
 
 log = structlog.get_logger("orbit.batching")
@@ -84,7 +85,8 @@ class GroupCommitter(Generic[C]):
                 if not fut.done():
                     fut.set_result(reply)
         except Exception as exc:
-            log.warning("group_commit_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
+            if not isinstance(exc, DatabaseUnavailable):  # the database's health reports outages, once
+                log.warning("group_commit_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
             for _, fut in batch:
                 if not fut.done():
                     fut.set_exception(exc)
@@ -139,7 +141,8 @@ class KeyedBatcher(Generic[C, R]):
                     replies = await self._run([c for c, _ in batch])
                 except Exception as exc:
                     raise_if_cancelled(exc)
-                    log.warning("batch_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
+                    if not isinstance(exc, DatabaseUnavailable):
+                        log.warning("batch_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
                     for _, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)

@@ -31,9 +31,9 @@ class DatabaseUnavailable(DomainError):
     """The database could not be reached or kept refusing; safe to retry with the same identity.
     `reason` is for the logs: clients hear the same UNAVAILABLE whatever it was."""
 
-    def __init__(self, reason: str = "") -> None:
+    def __init__(self, reason: str = "", *, retry_after_ms: int = 1000) -> None:
         super().__init__("UNAVAILABLE", "the database is unavailable; retry with the same identity",
-                         retry_after_ms=1000)
+                         retry_after_ms=retry_after_ms)
         self.reason = reason
 
 

@@ -277,7 +277,8 @@ class QueueGauges:
                 lambda tx: tx.rows_multi([usage_q.live_queue_rows(), usage_q.live_state_counts()]))
             self._text = render_queue_gauges(queues, counts)
         except Exception as exc:  # a scrape still reports the process; the queue gauges go missing
-            log.warning("queue_gauges_unavailable", error=type(exc).__name__)
+            if self.db.health.available:  # an outage is the database's health's to log, once
+                log.warning("queue_gauges_unavailable", error=type(exc).__name__)
             self._text = b""
         self._read_at = time.monotonic()
         self._read_seconds = self._read_at - started

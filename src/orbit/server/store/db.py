@@ -36,9 +36,11 @@ from .dialect import (
     is_data_error,
     is_retryable,
     is_unavailable,
+    is_unreachable,
     mysql_error_code,
     normalize_url,
 )
+from .health import DatabaseHealth, describe
 from .tx import Stmt, Tx
 
 T = TypeVar("T")
@@ -48,6 +50,10 @@ log = structlog.get_logger("orbit.store")
 # stuck peer, and the client is better served by a prompt 503.
 MAX_LOCK_WAIT_RETRIES = 2
 MAX_ATTEMPTS = 12
+# A connection is waited for this long when the pool has none free; longer means the database
+# is not answering (or the node is hopelessly overloaded): UNAVAILABLE, and a probe decides which.
+ACQUIRE_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5
 
 
 def _mysql_session_sync(cursor: Any) -> None:
@@ -97,6 +103,8 @@ class Database:
         self.on_keys_freed: Callable[[set[str]], None] | None = None
         # Called after a commit with the namespaces that transaction wrote events to.
         self.on_events_written: Callable[[set[str]], None] | None = None
+        # Whether the database can be reached: while it cannot, every operation is refused at once.
+        self.health = DatabaseHealth(self._probe, self._drop_idle_connections)
 
     @staticmethod
     def _install_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
@@ -116,6 +124,8 @@ class Database:
 
     async def transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """Run ``fn`` in one write transaction, retrying the whole of it on lock conflicts."""
+        if not self.health.available:
+            raise self.health.unavailable()
         freed: set[str] = set()
         written: set[str] = set()
 
@@ -140,7 +150,7 @@ class Database:
 
         async def once(state: dict[str, bool]) -> T:
             pool = await self._driver_pool()
-            conn = await pool.acquire()
+            conn = await self._acquire(pool)
             try:
                 await self._prepare_driver_conn(conn)
                 # No BEGIN round trip: with autocommit off the first statement opens the transaction.
@@ -182,16 +192,19 @@ class Database:
         on SQLite a read-only transaction beside the writer."""
         if self.dialect != MYSQL:
             return await self.core_read(fn)
+        if not self.health.available:
+            raise self.health.unavailable()
         conn = pool = None
         try:
             pool = await self._driver_pool(autocommit=True)
-            conn = await pool.acquire()
+            conn = await self._acquire(pool)
             await self._prepare_driver_conn(conn)
             return await fn(Tx(MYSQL, driver=conn))
         except Exception as exc:
             lost = is_connection_lost(exc) or isinstance(exc, OSError)
             if lost and conn is not None:
                 conn.close()
+            self._unreachable(exc)
             _refused_value(exc)
             if lost or is_unavailable(exc):
                 raise DatabaseUnavailable(type(driver_error(exc)).__name__) from exc
@@ -208,6 +221,8 @@ class Database:
     async def core_transaction(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """A write transaction on a SQLAlchemy connection (Core statements of tests and tools;
         SQLite's single writer), retried like `transaction`."""
+        if not self.health.available:
+            raise self.health.unavailable()
 
         async def once(state: dict[str, bool]) -> T:
             async with self._write_lock or contextlib.nullcontext(), self.engine.connect() as conn:
@@ -220,6 +235,8 @@ class Database:
 
     async def core_read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """A read-only transaction on a SQLAlchemy connection (no write lock on SQLite)."""
+        if not self.health.available:
+            raise self.health.unavailable()
         for attempt in (1, 2):
             try:
                 async with self.read_engine.connect() as conn:
@@ -246,13 +263,20 @@ class Database:
             except Exception as exc:
                 committing = state["committing"]
                 stale = isinstance(exc, DBAPIError) and exc.connection_invalidated and not committing
+                # A pooled connection the server had closed: the transaction never ran, so once more
+                # on a fresh one (the pool drops the dead one).
+                stale = stale or (attempt == 1 and is_connection_lost(exc) and not committing)
                 if mysql_error_code(exc) == LOCK_WAIT_TIMEOUT:
                     lock_waits += 1
                     if lock_waits > MAX_LOCK_WAIT_RETRIES:
-                        raise DatabaseUnavailable("lock wait timeout") from exc
+                        raise self._gave_up(exc, attempt) from exc
                 if (stale or is_retryable(exc, self.dialect)) and attempt < MAX_ATTEMPTS:
                     await asyncio.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 7))))
                     continue
+                if is_retryable(exc, self.dialect):
+                    raise self._gave_up(exc, attempt) from exc
+                if self._unreachable(exc):
+                    raise DatabaseUnavailable(describe(exc)) from exc
                 if is_connection_lost(exc):
                     raise DatabaseUnavailable("connection lost") from exc
                 _refused_value(exc)
@@ -265,7 +289,55 @@ class Database:
                     raise DatabaseUnavailable(type(exc).__name__) from exc
                 raise
 
+    def _gave_up(self, exc: BaseException, attempts: int) -> DatabaseUnavailable:
+        """Deadlocks or lock waits that outlasted the retries: contention, not an outage. One line
+        (no traceback: the code says it all) and a clean UNAVAILABLE the client may retry."""
+        log.warning("transaction_gave_up", error=describe(exc), attempts=attempts)
+        return DatabaseUnavailable("lock conflicts outlasted the retries",
+                                   retry_after_ms=self.health.retry_after_ms())
+
+    def _unreachable(self, exc: BaseException) -> bool:
+        """Report a lost, refused or timed-out connection to the health (it confirms with a probe
+        and logs the outage); True when `exc` was one."""
+        if self.dialect == MYSQL and is_unreachable(exc):
+            self.health.lost(exc)
+            return True
+        return False
+
     # ---------------------------------------------------------------- pools
+
+    @staticmethod
+    async def _acquire(pool: Any) -> Any:
+        """A pooled connection; waiting for one is bounded (the fast path, a free one, is not
+        wrapped: it is every transaction's)."""
+        if pool.freesize:
+            return await pool.acquire()
+        return await asyncio.wait_for(pool.acquire(), ACQUIRE_TIMEOUT_S)
+
+    async def _probe(self) -> None:
+        """One `SELECT 1` on a fresh connection, outside the pools: whether the database answers
+        now, whatever the pooled connections' state."""
+        if self.dialect != MYSQL:
+            async with self.read_engine.connect() as conn:
+                await conn.exec_driver_sql("SELECT 1")
+            return
+        import asyncmy
+
+        u = make_url(self.url)
+        conn = await asyncmy.connect(host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
+                                     password=u.password or "", db=u.database, connect_timeout=CONNECT_TIMEOUT_S)
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT 1")
+        finally:
+            conn.close()
+
+    async def _drop_idle_connections(self) -> None:
+        """After an outage the pooled connections are dead: close them before traffic resumes."""
+        for pool in list(self._pools.values()):
+            await asyncio.wait_for(pool.clear(), CONNECT_TIMEOUT_S)
+        if self.dialect == MYSQL:
+            await self.engine.dispose()
 
     async def _driver_pool(self, *, autocommit: bool = False) -> Any:
         key = "autocommit" if autocommit else "transactional"
@@ -284,6 +356,7 @@ class Database:
                         host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
                         password=u.password or "", db=u.database, charset="utf8mb4", autocommit=autocommit,
                         minsize=1, maxsize=self._pool_size * 2, pool_recycle=1800,
+                        connect_timeout=CONNECT_TIMEOUT_S,
                     )
         return self._pools[key]
 
@@ -312,6 +385,7 @@ class Database:
             return False
 
     async def close(self) -> None:
+        await self.health.close()
         for pool in self._pools.values():
             pool.close()
             await pool.wait_closed()

@@ -18,6 +18,8 @@ LOCK_WAIT_TIMEOUT = 1205
 DUPLICATE_KEY = 1062
 BAD_NULL = 1048  # "Column … cannot be null" (strict mode): how a guarded deferred UPDATE says no
 CONNECTION_LOST = frozenset({2002, 2003, 2006, 2013, 2055})
+# The server answers but takes no more connections: to this node, as good as unreachable.
+CONNECTIONS_REFUSED = frozenset({1040, 1203})
 # The server did not serve (beyond the lost connections above and the client library's own
 # errors, 2000-2999): overloaded, out of resources, refusing access, read-only, shutting down,
 # a statement killed or timed out, a crashed table. Safe to retry later: UNAVAILABLE.
@@ -128,6 +130,18 @@ def is_retryable(exc: BaseException, dialect: str) -> bool:
 
 def is_connection_lost(exc: BaseException) -> bool:
     return mysql_error_code(exc) in CONNECTION_LOST
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """A MySQL node's view of an outage: the database could not be reached, a connection to it
+    was lost or refused, or none came in time. Only a hint: a probe confirms it (store/health.py),
+    since one stale pooled connection proves nothing."""
+    code = mysql_error_code(exc)
+    if code is not None:
+        return code in CONNECTION_LOST or code in CONNECTIONS_REFUSED
+    if getattr(exc, "connection_invalidated", False) or type(exc).__name__ == "TimeoutError":
+        return True  # SQLAlchemy's: a connection it invalidated, its pool's timeout
+    return isinstance(driver_error(exc), OSError)  # refused, reset, timed out (TimeoutError is one)
 
 
 def is_data_error(exc: BaseException) -> bool:

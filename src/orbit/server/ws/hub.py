@@ -7,6 +7,7 @@ leases held by this node's sessions are found in the `leases.push_pending` index
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -26,6 +27,8 @@ log = structlog.get_logger("orbit.ws")
 POLL_INTERVAL = 0.2
 PUSH_INTERVAL = 0.25
 REVOCATION_INTERVAL = 2.0
+# The drain pushed when the node loses its database: workers go on through another node.
+OUTAGE_DRAIN = {"type": "drain", "deadline_ms": 10_000, "reason": "database_unavailable"}
 
 
 class WorkerHub:
@@ -41,7 +44,8 @@ class WorkerHub:
         self.draining = False
         self.drain_deadline_ms = 0
         self._push_wake = wakeups.pushes
-        self._loops = BackgroundLoops()
+        self._loops = BackgroundLoops(gate=db.health)
+        self._outage_push: asyncio.Task | None = None
         self.starts = GroupCommitter("start", lambda cmds: dispatch.start(db, cmds))
         self.renews = GroupCommitter("renew", lambda cmds: dispatch.renew(db, cmds))
         self.completes = GroupCommitter("complete", lambda cmds: dispatch.complete(db, cmds))
@@ -55,8 +59,10 @@ class WorkerHub:
             gc.start()
         self._loops.every(PUSH_INTERVAL, "worker_push", self._push_once, wake=self._push_wake)
         self._loops.every(REVOCATION_INTERVAL, "worker_revocation", self._close_revoked_sessions)
+        self.db.health.subscribe(self._database_changed)
 
     async def stop(self) -> None:
+        self.db.health.unsubscribe(self._database_changed)
         await self._loops.stop()
         for gc in (self.starts, self.renews, self.completes):
             await gc.stop()
@@ -77,6 +83,22 @@ class WorkerHub:
                 await s.push({"type": "drain", "deadline_ms": deadline_ms})
         for q in self.notifier.queues():
             self.notifier.notify(q)
+
+    def _database_changed(self, available: bool) -> None:
+        """The database is unreachable: every session hears `drain` (with its reason), so that its
+        worker reconnects, which a balancer sends to a node that is ready; meanwhile commands
+        here are answered UNAVAILABLE. Sessions are accepted again once the database is back."""
+        if available:
+            return
+        sessions = [s for s in self.sessions.values() if s.identity is not None]
+        if sessions:
+            log.warning("workers_told_to_reconnect", sessions=len(sessions), reason=OUTAGE_DRAIN["reason"])
+            self._outage_push = asyncio.get_running_loop().create_task(self._push_all(sessions, OUTAGE_DRAIN))
+
+    @staticmethod
+    async def _push_all(sessions: list[WorkerSession], message: dict[str, Any]) -> None:
+        for s in sessions:
+            await s.push(message)
 
     async def leases_held(self) -> int:
         """Current leases held through this process's sessions (drain waits for zero)."""

@@ -24,8 +24,10 @@ async def _deny(ws: WebSocket, error: DomainError) -> None:
     status = status_of(error)
     rid = _state(ws).setdefault("request_id", new_id())
     body = error_body(rid, error.code, error.message)
+    retry = {"Retry-After": str(max(1, -(-error.retry_after_ms // 1000)))} if error.retry_after_ms else None
     try:
-        await ws.send_denial_response(Response(body, status_code=status, media_type="application/json"))
+        await ws.send_denial_response(Response(body, status_code=status, media_type="application/json",
+                                               headers=retry))
     except Exception:
         # A close reason holds 123 bytes: the request id first, then as much of the message as fits.
         await ws.close(4000 + status, f"request {rid}: {error.message}".encode()[:123].decode(errors="ignore"))

@@ -75,8 +75,9 @@ def _debug_enabled() -> bool:
     return logging.getLogger("orbit.ws").isEnabledFor(logging.DEBUG)
 
 
-def _unavailable() -> DomainError:
-    return DomainError("UNAVAILABLE", "temporarily unavailable; resend the same message id", retry_after_ms=1000)
+def _unavailable(retry_after_ms: int = 1000) -> DomainError:
+    return DomainError("UNAVAILABLE", "temporarily unavailable; resend the same message id",
+                       retry_after_ms=retry_after_ms)
 
 
 def reply_frame(msg_id: str, result: dispatch.Result) -> dict[str, Any]:
@@ -314,7 +315,7 @@ class WorkerSession:
         else:
             if not isinstance(exc, DatabaseUnavailable):
                 log.error("frame_failed", session_id=self.session_id, type=kind, exc_info=exc)
-            result = _unavailable()
+            result = _unavailable(getattr(exc, "retry_after_ms", None) or 1000)
         self._answer(msg_id, result)
         if self._log_frames:
             self._log_frame(msg_id, kind, result, started)
@@ -323,8 +324,8 @@ class WorkerSession:
         started = time.perf_counter()
         try:
             result = await self._handlers[kind](frame, msg_id)
-        except DatabaseUnavailable:
-            result = _unavailable()
+        except DatabaseUnavailable as exc:  # its retry_after_ms grows with an outage
+            result = _unavailable(exc.retry_after_ms or 1000)
         except DomainError as exc:
             result = exc
         except asyncio.CancelledError:
