@@ -85,6 +85,9 @@ def test_no_token_in_any_log_line_wherever_the_client_puts_it(tmp_path, spawn, c
         _upgrade(base, "/v1/workers/connect", {"Authorization": f"Bearer {token}x"}),
     ]
     assert upgrades == [401, 101, 404, 404, 101, 401], upgrades
+    with connect(base.replace("http", "ws", 1) + "/v1/workers/connect", additional_headers=bearer) as ws:
+        ws.send(json.dumps({"id": token, "type": "ping"}))  # a message id is the client's to choose
+        assert json.loads(ws.recv(timeout=10))["reply_to"] == token
     assert node.terminate(timeout=15) == 0, node.stderr
 
     logs = node.stdout + node.stderr
@@ -93,6 +96,8 @@ def test_no_token_in_any_log_line_wherever_the_client_puts_it(tmp_path, spawn, c
     assert not leaked, "\n".join(leaked)
     events = [json.loads(line) for line in node.stderr.splitlines() if line.startswith("{")]
     upgrade_lines = [e for e in events if e.get("event") == "request" and e.get("websocket")]
-    assert sorted(e["status"] for e in upgrade_lines) == sorted(upgrades)
+    assert sorted(e["status"] for e in upgrade_lines) == sorted([*upgrades, 101])
     assert all(e["route"] in ("/v1/workers/connect", "unmatched") for e in upgrade_lines)
     assert len([e for e in events if e.get("event") == "request" and not e.get("websocket")]) >= len(http)
+    if command == "dev":  # at DEBUG a line per frame names its message id: here, redacted
+        assert [e["msg_id"] for e in events if e.get("event") == "frame"] == ["p1", "p1", "orb_[redacted]"]

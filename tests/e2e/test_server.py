@@ -7,7 +7,7 @@ import time
 
 from orbit.server.store import migrate
 
-from .conftest import child_env, cli, pending
+from .conftest import child_env, cli, cli_many, pending
 
 
 def test_refuses_unmigrated_database(empty_db_url):
@@ -34,3 +34,16 @@ def test_sqlite_node_lifecycle(tmp_path, spawn):
     started = time.monotonic()
     assert first.terminate(timeout=15) == 0, first.stderr
     assert time.monotonic() - started < 15
+
+
+def test_node_id_is_checked_and_reported_whole(tmp_path, spawn):
+    url = f"sqlite:///{tmp_path / 'node.db'}"
+    asyncio.run(migrate.upgrade(url))
+    node_id = "s" * 127 + "Z"
+    node = spawn("orbit", "server", "--database-url", url, "--node-id", node_id)  # starts meanwhile
+    for refused in cli_many(*[(["orbit", "server", "--database-url", url, "--node-id", bad, "--port", "9"], None)
+                              for bad in ("x" * 129, "wörker", "trailing ")]):
+        assert refused.returncode == 2, refused
+        assert "--node-id must be 1-128 printable ASCII characters" in refused.stderr, refused
+    assert node.wait_ready().json()["data"]["node_id"] == node_id
+    assert node.terminate() == 0, node.stderr

@@ -71,3 +71,12 @@ def test_is_id_rejects_near_misses():
         good.encode(),
     ):
         assert not is_id(bad), bad
+
+
+def test_node_ids_are_1_to_128_printable_ascii_without_end_spaces():
+    from orbit.server.core.ids import is_node_id
+
+    for good in ("a", "worker-1", "host 7", "x" * 128, "~!#$%&'()*+,-./:;<=>?@[]^_`{|}"):
+        assert is_node_id(good), good
+    for bad in ("", "x" * 129, " a", "a ", "a\n", "tab\there", "wörker", "é", None, 7, ["a"]):
+        assert not is_node_id(bad), bad

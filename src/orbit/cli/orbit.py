@@ -171,9 +171,12 @@ def cli() -> None:
 def server(host: str, port: int, database_url: str | None, node_id: str | None, log_level: str) -> None:
     """Run a production node against a migrated database."""
     from ..server.config import Settings
+    from ..server.core.ids import NODE_ID_RULE, is_node_id
     from ..server.store import migrate
 
     configure_logging(log_level)
+    if node_id is not None and not is_node_id(node_id):
+        _fail(f"--node-id must be {NODE_ID_RULE}")
     url = database_url or os.environ.get("ORBIT_DATABASE_URL")
     if not url:
         _fail("no database: pass --database-url or set ORBIT_DATABASE_URL")

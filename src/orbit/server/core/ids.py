@@ -49,3 +49,16 @@ def new_id() -> str:
 
 def is_id(value: object) -> bool:
     return isinstance(value, str) and bool(_ID_RE.match(value))
+
+
+NODE_ID_MAX = 128
+# A node id (a worker's `hello`, a server's --node-id): 1-128 printable ASCII characters, no space
+# at either end. ASCII because it is stored in ASCII columns (a table of every lease; widening one
+# to another character set would copy it whole); no space at the ends because MariaDB compares
+# such columns ignoring trailing spaces, so "a" and "a " would be one node there and two on SQLite.
+_NODE_ID_RE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,126}[\x21-\x7e])?\Z")
+NODE_ID_RULE = f"1-{NODE_ID_MAX} printable ASCII characters, not starting or ending with a space"
+
+
+def is_node_id(value: object) -> bool:
+    return isinstance(value, str) and bool(_NODE_ID_RE.match(value))

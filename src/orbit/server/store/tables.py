@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Column, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
 
 from ...models import ConfigureQueueRequest, configure_controls
-from .types import U32, U64, AsciiKey, Bool, Hash, Id, JsonText, Name, Seq, Short, Ts, Utf8Text
+from .types import U32, U64, AsciiKey, Bool, Hash, Id, JsonText, Name, NodeId, Seq, Short, Ts, Utf8Text
 
 metadata = MetaData()
 
@@ -231,7 +231,7 @@ leases = Table(
     Column("namespace_id", Id, nullable=False),
     Column("credential_id", Id, nullable=False),
     Column("session_id", Id, nullable=False),
-    Column("worker_node_id", Short, nullable=False),
+    Column("worker_node_id", NodeId, nullable=False),
     Column("server_node_id", Short, nullable=False),
     Column("attempt", U32, nullable=False),
     Column("state", Short, nullable=False),
@@ -281,7 +281,7 @@ queue_nodes = Table(
     "queue_nodes",
     metadata,
     Column("queue_id", Id, nullable=False),
-    Column("worker_node_id", Short, nullable=False),
+    Column("worker_node_id", NodeId, nullable=False),
     Column("last_claim_at", Ts, nullable=False),
     Column("wanting_at", Ts, nullable=True),
     Column("in_flight", U64, nullable=False),

@@ -20,6 +20,10 @@ AsciiKey = String(128).with_variant(
 Short = String(64).with_variant(
     mysql.VARCHAR(64, charset="ascii", collation="ascii_bin"), "mysql", "mariadb"
 )
+# A worker's node_id (1-128 printable ASCII characters, see core/ids.py).
+NodeId = String(128).with_variant(
+    mysql.VARCHAR(128, charset="ascii", collation="ascii_bin"), "mysql", "mariadb"
+)
 # Naive UTC with microseconds.
 Ts = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 U64 = BigInteger().with_variant(mysql.BIGINT(unsigned=True), "mysql", "mariadb")

@@ -24,7 +24,7 @@ import structlog
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..._rules import IDEMPOTENCY_KEY_RE
-from ..core.ids import is_id, new_id
+from ..core.ids import NODE_ID_RULE, is_id, is_node_id, new_id
 from ..errors import DatabaseUnavailable, DomainError
 from ..services import dispatch, workers
 from ..services.auth import Principal
@@ -361,8 +361,8 @@ class WorkerSession:
 
     async def _hello(self, frame: dict[str, Any]) -> dict[str, Any]:
         node_id = frame.get("node_id")
-        if not isinstance(node_id, str) or not 1 <= len(node_id) <= 128 or not node_id.isprintable():
-            raise _invalid("node_id: must be 1-128 printable characters")
+        if not is_node_id(node_id):
+            raise _invalid(f"node_id: must be {NODE_ID_RULE}")
         queues = frame.get("queues", [])
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues) or len(queues) > 1000:
             raise _invalid("queues: must be a list of queue ids")
@@ -376,7 +376,7 @@ class WorkerSession:
         if missing:
             raise DomainError("NOT_FOUND", f"queues: queue {missing[0]!r} not found")
         self.queues = set(queues)
-        self.identity = dispatch.WorkerIdentity(self.principal, self.session_id, node_id[:64], self.hub.instance_id)
+        self.identity = dispatch.WorkerIdentity(self.principal, self.session_id, node_id, self.hub.instance_id)
         if self.hub.draining:
             await self.push({"type": "drain", "deadline_ms": self.hub.drain_deadline_ms})
         return {
