@@ -48,7 +48,8 @@ def valid_create(body: Any) -> bool:
         and NAME.fullmatch(body["name"]) is not None
         and _int_in(body["max_concurrency"], 1, 100_000)
         and _int_in(body["rate_per_second"], 1, 1_000_000)
-        and ("max_unfinished_tasks" not in body or _int_in(body["max_unfinished_tasks"], 0, 1_000_000))
+        # An optional field given as null is the same as omitting it.
+        and (body.get("max_unfinished_tasks") is None or _int_in(body["max_unfinished_tasks"], 0, 1_000_000))
     )
 
 
