@@ -95,6 +95,39 @@ async def test_payload_size_limit_is_inclusive(tenant):
     assert await snapshot(tenant, q["id"]) == before
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+async def test_a_payload_nested_too_deeply_is_refused_not_a_500(tenant):
+    """Stored payloads come back inside answers and events, a few levels down; the encoder stops
+    at 254 levels, so the deepest payload accepted is 246 levels and a deeper one is 400."""
+    q = await tenant.create_queue()
+    t = await submit(tenant, q, {"payload": _nested(246)})
+    assert ok(await tenant.get(f"/v1/tasks/{t['id']}"))["payload"] == _nested(246)
+    assert (await tenant.get("/v1/events", params={"tail": "true"})).status_code == 200
+    before = await snapshot(tenant, q["id"])
+    for depth in (247, 254, 600):
+        err = await rejected(tenant, q, {"payload": _nested(depth)}, "payload")
+        assert "nested too deeply" in err["message"]
+    r = await tenant.post(f"/v1/queues/{q['id']}/tasks:batch", {"tasks": [
+        {"idempotency_key": tenant.key(), "payload": _nested(248)}, {"idempotency_key": tenant.key(), "payload": 1}]})
+    items = ok(r)["results"]
+    assert items[0]["error"]["code"] == "INVALID_ARGUMENT" and "task" in items[1]  # the good one is not taken down
+    # Deeper than the encoder can even digest: the batch itself is malformed, and nothing is taken.
+    r = await tenant.post(f"/v1/queues/{q['id']}/tasks:batch", {"tasks": [
+        {"idempotency_key": tenant.key(), "payload": _nested(300)}, {"idempotency_key": tenant.key(), "payload": 1}]})
+    assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"]
+    r = await tenant.post("/v1/schedules", {"name": f"deep-{tenant.key()[-6:]}", "queue_id": q["id"],
+                                            "interval_seconds": 60, "task": {"payload": _nested(300)}})
+    assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"]
+    after = await snapshot(tenant, q["id"])
+    assert after["unfinished"] == before["unfinished"] + 1  # only the batch's good item
+
+
 @pytest.mark.parametrize(
     "field,good,bad",
     [

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import idempotency_conflict
+from ..core import json_values
+from ..errors import idempotency_conflict, invalid_argument
 from ..store.db import Database
 from ..store.queries import idempotency as idem_q
 from ..store.tx import Tx
@@ -26,7 +27,10 @@ from .outbox import Actor
 
 def request_digest(path_params: dict[str, Any], body: Any) -> str:
     """SHA-256 of canonical JSON of the path parameters plus the fields actually sent."""
-    canonical = orjson.dumps({"body": body, "path": path_params}, option=orjson.OPT_SORT_KEYS)
+    try:
+        canonical = orjson.dumps({"body": body, "path": path_params}, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # deeper than any value the rules admit (json_values.MAX_DEPTH)
+        raise invalid_argument(f"body: nested too deeply (at most {json_values.MAX_DEPTH} levels)") from None
     return hashlib.sha256(canonical).hexdigest()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from ...models import ConfigureScheduleRequest, CreateScheduleRequest, RetireScheduleRequest, TaskTemplate
+from ..core import json_values
 from ..core.ids import is_id, new_id
 from ..core.permissions import ALL_QUEUES
 from ..core.schedule_time import Timing, cron_error, first_point, next_point, timezone_error
@@ -92,10 +93,10 @@ def _instant(text: str | None, field: str) -> datetime | None:
 
 def _template(task: TaskTemplate, payload_limit: int) -> str:
     """The template as stored: the fields given plus a submit's defaults (the whole retry policy)."""
-    size = len(orjson.dumps(task.payload))
-    if size > payload_limit:
-        raise invalid_argument(f"task.payload: serialized size {size} bytes exceeds the {payload_limit}-byte limit",
-                               "task.payload")
+    try:
+        json_values.encode(task.payload, payload_limit)
+    except json_values.JsonValueError as exc:
+        raise invalid_argument(f"task.payload: {exc}", "task.payload") from None
     if len(set(task.resource_keys)) != len(task.resource_keys):
         raise invalid_argument("task.resource_keys: names must be distinct", "task.resource_keys")
     template = task.model_dump(mode="json")

@@ -16,7 +16,7 @@ import orjson
 from pydantic import ValidationError
 
 from ...models import CancelTaskRequest, ReviewTaskRequest, SubmitTaskItem, SubmitTaskRequest, omitted_nulls
-from ..core import states
+from ..core import json_values, states
 from ..core.admission import TimeRuleError, resolve_times
 from ..core.deadlines import next_sweep, sweep_action
 from ..core.ids import is_id, new_id
@@ -165,11 +165,10 @@ def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
 
 
 def check_payload_size(req: SubmitTaskRequest, limit: int) -> bytes:
-    encoded = orjson.dumps(req.payload)
-    if len(encoded) > limit:
-        raise invalid_argument(f"payload: serialized size {len(encoded)} bytes exceeds the {limit}-byte limit",
-                               "payload")
-    return encoded
+    try:
+        return json_values.encode(req.payload, limit)
+    except json_values.JsonValueError as exc:
+        raise invalid_argument(f"payload: {exc}", "payload") from None
 
 
 def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int) -> SubmitCommand:
