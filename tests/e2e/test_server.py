@@ -18,6 +18,14 @@ def test_refuses_unmigrated_database(empty_db_url):
     assert pending(empty_db_url)[0] == "000001"  # the server applied nothing itself
 
 
+def test_an_unreachable_database_is_reported_without_its_password():
+    url = "mysql://orbit:hunter2-secret@127.0.0.1:9/orbit"  # nothing listens on port 9
+    refused = cli("orbit", "server", "--database-url", url, "--port", "9")
+    assert refused.returncode == 2, refused
+    assert "cannot read the schema version" in refused.stderr
+    assert "hunter2-secret" not in refused.output and "Traceback" not in refused.stderr
+
+
 def test_sqlite_node_lifecycle(tmp_path, spawn):
     url = f"sqlite:///{tmp_path / 'node.db'}"
     asyncio.run(migrate.upgrade(url))

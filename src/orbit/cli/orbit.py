@@ -183,7 +183,7 @@ def server(host: str, port: int, database_url: str | None, node_id: str | None, 
     try:
         pending = asyncio.run(migrate.pending_migrations(url))
     except Exception as exc:  # unreachable database, bad URL
-        _fail(f"cannot read the schema version: {type(exc).__name__}: {exc}")
+        _fail(f"cannot read the schema version: {type(exc).__name__}: {_without_password(str(exc), url)}")
     if pending:
         _fail(
             f"the database schema is not current: {len(pending)} migration(s) pending "
@@ -252,6 +252,17 @@ def dev(host: str, port: int, data_dir: Path, log_level: str) -> None:
         ],
     )
     del lock
+
+
+def _without_password(text: str, url: str) -> str:
+    """A driver's message can quote the URL it was given; its password never reaches the terminal."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        password = make_url(url.replace("mysql://", "mysql+asyncmy://", 1)).password
+    except Exception:  # not a URL at all: nothing to hide in it, but say nothing of it either
+        return text.replace(url, "<the database URL>")
+    return text.replace(password, "***") if password else text
 
 
 def main() -> None:
