@@ -40,6 +40,11 @@ NONZERO_UINT64_PATTERN = "^" + _at_most(str(UINT64_MAX)) + "$"
 UINT64_PATTERN = "^(0|" + _at_most(str(UINT64_MAX))[1:] + "$"
 
 
+# A character that is not blank: not one `str.strip()` removes. Spelled out so that the document's
+# pattern (ECMA 262 regular expressions, whose `\s` is another set) means what `check_reason` does.
+NOT_BLANK_PATTERN = "[^\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+
+
 def check_name(value: str) -> str:
     if not NAME_RE.match(value):
         raise ValueError(

@@ -23,7 +23,15 @@ from pydantic import (
     model_validator,
 )
 
-from ._rules import check_name, check_reason, check_timestamp, parse_revision
+from ._rules import (
+    NONZERO_UINT64_PATTERN,
+    NOT_BLANK_PATTERN,
+    UINT64_PATTERN,
+    check_name,
+    check_reason,
+    check_timestamp,
+    parse_revision,
+)
 
 __all__ = [
     "Application",
@@ -92,7 +100,7 @@ U64 = Annotated[
     int,
     BeforeValidator(_u64_from_wire),
     PlainSerializer(lambda v: str(v), return_type=str),
-    WithJsonSchema({"type": "string", "pattern": "^[0-9]{1,20}$", "description": "uint64 as a decimal string"}),
+    WithJsonSchema({"type": "string", "pattern": UINT64_PATTERN, "description": "uint64 as a decimal string"}),
 ]
 QueueName = Annotated[
     str,
@@ -104,7 +112,7 @@ ResourceKeyName = QueueName
 Reason = Annotated[
     str,
     AfterValidator(check_reason),
-    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "\\S",
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 1024, "pattern": NOT_BLANK_PATTERN,
                     "description": "not blank; at most 1024 characters"}),
 ]
 def _revision_from_python(value: Any, info: ValidationInfo) -> Any:
@@ -119,7 +127,8 @@ Revision = Annotated[
     str,
     BeforeValidator(_revision_from_python),
     AfterValidator(lambda v: (parse_revision(v), v)[1]),
-    WithJsonSchema({"type": "string", "pattern": "^[1-9][0-9]{0,19}$", "description": "non-zero uint64 as a decimal string"}),
+    WithJsonSchema({"type": "string", "pattern": NONZERO_UINT64_PATTERN,
+                    "description": "non-zero uint64 as a decimal string"}),
 ]
 
 
@@ -134,8 +143,23 @@ def _request_model(annotation: Any) -> type[StrictRequest] | None:
     return None
 
 
+def _integer_formats(schema: Any) -> None:
+    """`format: int32`/`int64` on every integer: an integer is a JSON integer (`8`, not `8.0`), as
+    OpenAPI 3.1 defines `integer` (a JSON number without a fraction or exponent part)."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "integer" and "format" not in schema:
+            schema["format"] = "int32" if schema.get("maximum", 1 << 63) < 1 << 31 else "int64"
+        for value in schema.values():
+            _integer_formats(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _integer_formats(value)
+
+
 def _nullable_optionals(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """The document says what the server takes: an optional field may be given as null."""
+    """The document says what the server takes: an optional field may be given as null; an
+    integer is a JSON integer."""
+    _integer_formats(schema.get("properties"))
     required = set(schema.get("required", ()))
     for name, prop in schema.get("properties", {}).items():
         if name in required or {"type": "null"} in prop.get("anyOf", ()):
@@ -397,7 +421,17 @@ Timestamp = Annotated[
     AfterValidator(check_timestamp),
     WithJsonSchema({"type": "string", "format": "date-time", "description": "RFC 3339 with an offset"}),
 ]
-JsonValue = Annotated[Any, AfterValidator(_not_null), WithJsonSchema({"description": "any JSON value except null"})]
+def _distinct(names: list[str]) -> list[str]:
+    if len(set(names)) != len(names):
+        raise ValueError("names must be distinct")
+    return names
+
+
+# Up to 4 distinct names of resource keys (resources.md).
+ResourceKeyNames = Annotated[list[ResourceKeyName], Field(max_length=4, json_schema_extra={"uniqueItems": True}),
+                             AfterValidator(_distinct)]
+JsonValue = Annotated[Any, AfterValidator(_not_null), WithJsonSchema(
+    {"not": {"type": "null"}, "description": "any JSON value except null"})]
 
 
 class RetryPolicy(StrictRequest):
@@ -417,7 +451,7 @@ class SubmitTaskRequest(StrictRequest):
     max_attempts: int = Field(default=3, ge=1, le=100, description="the attempt budget")
     retry: RetryPolicy | None = Field(default=None, description="backoff policy; omitted: the defaults")
     on_lease_lost: Literal["review", "retry"] = "review"
-    resource_keys: list[ResourceKeyName] = Field(default_factory=list, max_length=4)
+    resource_keys: ResourceKeyNames = Field(default_factory=list)
     available_at: Timestamp | None = None
     start_deadline_at: Timestamp | None = None
     deadline_at: Timestamp | None = None
@@ -659,7 +693,7 @@ class TaskTemplate(StrictRequest):
     max_attempts: int = Field(default=3, ge=1, le=100, description="the attempt budget")
     retry: RetryPolicy | None = Field(default=None, description="backoff policy; omitted: the defaults")
     on_lease_lost: Literal["review", "retry"] = "review"
-    resource_keys: list[ResourceKeyName] = Field(default_factory=list, max_length=4)
+    resource_keys: ResourceKeyNames = Field(default_factory=list)
     deadline_seconds: int | None = Field(default=None, ge=1, le=31_622_400,
                                          description="total deadline, counted from the trigger point")
     start_deadline_seconds: int | None = Field(default=None, ge=1, le=31_622_400,

@@ -9,6 +9,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from ..._rules import ID_PATTERN
+
 _REQUEST_MODELS: dict[str, type[BaseModel]] = {}
 
 D = TypeVar("D")
@@ -67,13 +69,29 @@ def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
     return {**branches[0], **rest}
 
 
+# A resource's id in a path. Any other text is not refused as malformed: it names no resource, 404
+# like an unknown id (README: never reveal existence), or 405 where it reads as an action path.
+_PATH_ID = {"type": "string", "pattern": ID_PATTERN,
+            "description": "32 lowercase hex; anything else names no resource (404)"}
+DESCRIPTION = (
+    "Durable, multi-tenant task execution with exact cluster-wide queue limits. Validation is strict: an "
+    "integer is a JSON integer (8, not 8.0 or \"8\"; OpenAPI 3.1's integer, a JSON number without a "
+    "fraction or exponent part), an optional field given as null is the same as omitting it, and a body or "
+    "parameter this document does not admit is 400 INVALID_ARGUMENT. Some rules depend on the request's "
+    "time or the namespace's state and are checked by the server only: timestamps within their windows, "
+    "resource keys that exist, a cron expression that matches some time, an IANA time zone, exactly one of "
+    "cron and interval_seconds, start_at before end_at, max_backoff_ms at least initial_backoff_ms, "
+    "deadline_at or deadline_seconds (not both), the payload's size."
+)
+
+
 def install_openapi(app: FastAPI) -> None:
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
         schema = get_openapi(
             title="Orbit", version="1", openapi_version="3.1.0", routes=app.routes,
-            description="Durable, multi-tenant task execution with exact cluster-wide queue limits.",
+            description=DESCRIPTION,
         )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, model in _REQUEST_MODELS.items():
@@ -91,6 +109,8 @@ def install_openapi(app: FastAPI) -> None:
                     for param in op.get("parameters", []):
                         if param.get("in") == "query" and "schema" in param:
                             param["schema"] = _not_null(param["schema"])
+                        if param.get("in") == "path" and param.get("name", "").endswith("_id"):
+                            param["schema"] = {**param.get("schema", {}), **_PATH_ID}
         schema.setdefault("components", {})["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer", "description": "orb_<credential id>_<secret>"}
         }

@@ -25,7 +25,7 @@ __all__ = ["Action", "Cursor", "EventTypes", "Flag", "Id", "Limit", "Name", "Seq
 
 def _decimal(value: Any) -> Any:
     """Query text is an integer only when written as one: `8`, not `8.0`, `+8` or `8e0`."""
-    if isinstance(value, str) and not re.fullmatch(r"-?[0-9]{1,19}", value):
+    if isinstance(value, str) and not re.fullmatch(r"-?[0-9]+", value):
         raise ValueError("must be an integer written in decimal digits")
     return value
 
@@ -51,7 +51,7 @@ def _state(value: str) -> str:
 def number(low: int, high: int) -> Any:
     """An integer parameter from `low` to `high`, written in decimal digits."""
     return Annotated[int, BeforeValidator(_decimal), Ge(low), Le(high),
-                     WithJsonSchema({"type": "integer", "minimum": low, "maximum": high})]
+                     WithJsonSchema({"type": "integer", "format": "int32", "minimum": low, "maximum": high})]
 
 
 Limit = number(1, 1000)

@@ -97,8 +97,6 @@ def _template(task: TaskTemplate, payload_limit: int) -> str:
         json_values.encode(task.payload, payload_limit)
     except json_values.JsonValueError as exc:
         raise invalid_argument(f"task.payload: {exc}", "task.payload") from None
-    if len(set(task.resource_keys)) != len(task.resource_keys):
-        raise invalid_argument("task.resource_keys: names must be distinct", "task.resource_keys")
     template = task.model_dump(mode="json")
     retry = template["retry"] = template["retry"] or dict(DEFAULT_RETRY)
     if retry["max_backoff_ms"] < retry["initial_backoff_ms"]:

@@ -258,8 +258,6 @@ class NamedKeys:
     def resolve(self, names: list[str]) -> tuple[list[str], str | None]:
         """The keys' ids in the order named, and the key to park the task on at once (one
         without a free permit now), or refuse: every named key must exist and not be retired."""
-        if len(set(names)) != len(names):
-            raise invalid_argument("resource_keys: names must be distinct", "resource_keys")
         ids = []
         for name in names:
             row = self.rows.get(name)
