@@ -58,6 +58,18 @@ export const get = (path, query, signal) => call("GET", path, { query, signal })
 export const post = (path, body, key) => call("POST", path, { body, key });
 export const seg = (id) => encodeURIComponent(id);
 
+// Every item of a cursor-paged list, up to `most`: for pages that show a whole list at once.
+export async function allPages(path, query, signal, most = 5000) {
+  const items = [];
+  let cursor = null;
+  do {
+    const page = await get(path, { ...query, limit: 1000, cursor }, signal);
+    items.push(...page.items);
+    cursor = page.next_cursor;
+  } while (cursor && items.length < most);
+  return items;
+}
+
 export async function signIn(token) {
   const cred = await call("GET", "/v1/credential", { token });
   session.token = token;

@@ -1,5 +1,5 @@
 // Resource keys: permit pools shared by queues, with their permits in use.
-import { get } from "../api.js";
+import { allPages } from "../api.js";
 import { badge, clear, fmtTime, h, meter, table, timeEl } from "../dom.js";
 import { section } from "./common.js";
 
@@ -9,13 +9,7 @@ export async function keysPage(ctx) {
   clear(main, h("div", { class: "page-head" }, h("h1", {}, "Resource keys"),
     h("p", { class: "hint" }, "A task naming a key holds one of its permits from claim to release; live.")), section("Resource keys", list));
   await ctx.every(async () => {
-    const items = [];
-    let cursor = null;
-    do {
-      const page = await get("/v1/resource-keys", { limit: 1000, cursor, include_retired: true }, signal);
-      items.push(...page.items);
-      cursor = page.next_cursor;
-    } while (cursor && items.length < 5000);
+    const items = await allPages("/v1/resource-keys", { include_retired: true }, signal);
     clear(list, table(["Key", "State", "Permits in use", "Revision", "Updated"], items.map((k) => [
       h("strong", { dataset: { key: k.name } }, k.name),
       k.retired_at ? badge("RETIRED") : badge("ACTIVE"),

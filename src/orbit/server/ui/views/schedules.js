@@ -1,5 +1,5 @@
 // Schedules and the trigger points they handled.
-import { get, seg } from "../api.js";
+import { allPages, get, seg } from "../api.js";
 import { badge, clear, dl, fmtTime, h, json, link, num, shortId, table, timeEl } from "../dom.js";
 import { section } from "./common.js";
 
@@ -20,13 +20,7 @@ export async function schedulesPage(ctx) {
     queueId ? h("p", { class: "hint" }, "Of one queue. ", link("#/schedules", "Show all.")) : null), section("Schedules", list));
   const names = {};
   await ctx.every(async () => {
-    const items = [];
-    let cursor = null;
-    do {
-      const page = await get("/v1/schedules", { limit: 1000, cursor, queue_id: queueId }, signal);
-      items.push(...page.items);
-      cursor = page.next_cursor;
-    } while (cursor && items.length < 5000);
+    const items = await allPages("/v1/schedules", { queue_id: queueId }, signal);
     await Promise.all([...new Set(items.map((s) => s.queue_id))].filter((id) => !names[id]).map((id) =>
       get(`/v1/queues/${seg(id)}`, null, signal).then((q) => { names[id] = q.name; }).catch(() => { names[id] = id; })));
     clear(list, table(["Schedule", "Queue", "When", "State", "Next trigger", "Last trigger", "Overlap", "Misfire"],
