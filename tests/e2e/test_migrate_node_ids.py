@@ -3,14 +3,10 @@ on both backends (SQLite rebuilds the tables, MariaDB alters them in place)."""
 
 from __future__ import annotations
 
-import asyncio
-import warnings
 
-from alembic import command
 from sqlalchemy import text
 
-from orbit.server.store import migrate
-from orbit.server.store.db import null_pool_engine
+from .migration_steps import run, to
 
 LEASE = ("INSERT INTO leases (id, task_id, queue_id, application_id, namespace_id, credential_id, session_id, "
          "worker_node_id, server_node_id, attempt, state, reserved, leased_at, expires_at, push_pending) VALUES "
@@ -19,36 +15,14 @@ NODE = ("INSERT INTO queue_nodes (queue_id, worker_node_id, last_claim_at, wanti
         "VALUES (:id, :node, :at, NULL, 0)")
 
 
-def _run(url: str, fn) -> None:
-    async def go():
-        engine = null_pool_engine(url)
-        try:
-            async with engine.begin() as conn:
-                await conn.run_sync(fn)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(go())
-
-
-def _to(revision: str):
-    def upgrade(conn) -> None:
-        warnings.filterwarnings("ignore", message=".*ignored for PRIMARY key")
-        cfg = migrate._config()
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
-
-    return upgrade
-
-
 def test_node_id_columns_widen_and_keep_their_rows(empty_db_url):
     at = "2026-01-01 00:00:00"
-    _run(empty_db_url, _to("000013"))
-    _run(empty_db_url, lambda conn: (conn.execute(text(LEASE), {"id": "a" * 32, "node": "n" * 64, "at": at}),
+    run(empty_db_url, to("000013"))
+    run(empty_db_url, lambda conn: (conn.execute(text(LEASE), {"id": "a" * 32, "node": "n" * 64, "at": at}),
                                      conn.execute(text(NODE), {"id": "a" * 32, "node": "n" * 64, "at": at})))
-    _run(empty_db_url, _to("000014"))
+    run(empty_db_url, to("000014"))
     long = "m" * 127 + "Z"
-    _run(empty_db_url, lambda conn: (conn.execute(text(LEASE), {"id": "b" * 32, "node": long, "at": at}),
+    run(empty_db_url, lambda conn: (conn.execute(text(LEASE), {"id": "b" * 32, "node": long, "at": at}),
                                      conn.execute(text(NODE), {"id": "b" * 32, "node": long, "at": at})))
     found: dict[str, list] = {}
 
@@ -57,6 +31,6 @@ def test_node_id_columns_widen_and_keep_their_rows(empty_db_url):
             found[table] = [tuple(r) for r in conn.execute(
                 text(f"SELECT {key}, worker_node_id FROM {table} ORDER BY {key}"))]
 
-    _run(empty_db_url, read)
+    run(empty_db_url, read)
     expected = [("a" * 32, "n" * 64), ("b" * 32, long)]
     assert found == {"leases": expected, "queue_nodes": expected}

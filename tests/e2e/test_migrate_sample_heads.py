@@ -2,44 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import warnings
 from datetime import datetime
 
-from alembic import command
 from sqlalchemy import text
 
-from orbit.server.store import migrate
-from orbit.server.store.db import null_pool_engine
+from .migration_steps import run, to
 
 SAMPLE = ("INSERT INTO queue_samples (queue_id, at, started_total, succeeded_total, failed_total) "
           "VALUES (:q, :at, :s, :ok, :f)")
 
 
-def _run(url: str, fn):
-    async def go():
-        engine = null_pool_engine(url)
-        try:
-            async with engine.begin() as conn:
-                return await conn.run_sync(fn)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
-
-
-def _to(revision: str):
-    def upgrade(conn) -> None:
-        warnings.filterwarnings("ignore", message=".*ignored for PRIMARY key")
-        cfg = migrate._config()
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
-
-    return upgrade
-
-
 def test_the_heads_are_filled_from_the_latest_samples(empty_db_url):
-    _run(empty_db_url, _to("000012"))
+    run(empty_db_url, to("000012"))
     # As the store writes timestamps (SQLite keeps them as this text).
     samples = [("a" * 32, "2026-01-01 00:00:00.000000", 1, 0, 0), ("a" * 32, "2026-01-01 00:00:05.000000", 4, 2, 1),
                ("a" * 32, "2026-01-01 00:00:10.500000", 9, 3, 1), ("b" * 32, "2026-01-01 00:30:00.000000", 7, 7, 0),
@@ -49,9 +23,9 @@ def test_the_heads_are_filled_from_the_latest_samples(empty_db_url):
         for q, at, s, ok, f in samples:
             conn.execute(text(SAMPLE), {"q": q, "at": at, "s": s, "ok": ok, "f": f})
 
-    _run(empty_db_url, insert)
-    _run(empty_db_url, _to("000013"))
-    heads = _run(empty_db_url, lambda conn: [
+    run(empty_db_url, insert)
+    run(empty_db_url, to("000013"))
+    heads = run(empty_db_url, lambda conn: [
         (r[0], datetime.fromisoformat(str(r[1])), int(r[2]), int(r[3]), int(r[4])) for r in conn.execute(text(
             "SELECT queue_id, at, started_total, succeeded_total, failed_total FROM queue_sample_heads "
             "ORDER BY queue_id"))])
