@@ -11,38 +11,21 @@ nobody awaited (asyncio's report). No line may hold a marker.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 import traceback
 import uuid
 
 import aiosqlite
 import pytest
-import structlog
 
-from orbit.cli.logs import configure_logging
 from orbit.server.loops import BackgroundLoops
 from orbit.server.store.tx import Stmt, Tx
 
+from .test_log_hygiene import log_lines  # noqa: F401
 from .test_worker_protocol import base, submit  # noqa: F401
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def log_lines():
-    """Everything the loggers write at DEBUG, configured as `orbit server` does, then restored."""
-    out = io.StringIO()
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
-    configure_logging("debug", stream=out, cache=False)
-    yield lambda: out.getvalue().splitlines()
-    for h in [h for h in root.handlers if h not in handlers]:
-        root.removeHandler(h)
-    root.setLevel(level)
-    structlog.reset_defaults()
 
 
 @pytest.fixture
