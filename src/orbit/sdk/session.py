@@ -296,7 +296,10 @@ class WorkerSession:
             raise WorkerConnectionClosed("the worker session closed while sending; resend the same message id") \
                 from None
         try:
-            reply = await asyncio.wait_for(asyncio.shield(fut), timeout or self.reply_timeout)
+            # Not `wait_for`: on Python 3.11 it swallows a cancellation that arrives together
+            # with the reply, and a cancelled renew loop would then renew forever.
+            async with asyncio.timeout(timeout or self.reply_timeout):
+                reply = await asyncio.shield(fut)
         except TimeoutError:
             if self._waiting.get(msg_id) is fut:
                 self._waiting.pop(msg_id, None)

@@ -700,8 +700,9 @@ class Worker:
                 st.runner = asyncio.create_task(self._run_lease(st), name=f"orbit-task-{st.task_id}")
 
     async def _sleep_unless_draining(self, seconds: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._drain_event.wait(), seconds)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):  # not wait_for: see WorkerSession.call
+                await self._drain_event.wait()
 
     # ------------------------------------------------------------ internals: one lease
 
@@ -770,8 +771,8 @@ class Worker:
         """Give the lease back; bounded by the lease itself (after it the server recovers the task)."""
         msg_id = new_message_id("release")
         try:
-            await asyncio.wait_for(self._command("release", msg_id, st, lease_id=st.lease_id),
-                                   max(1.0, st.expires_mono - time.monotonic()))
+            async with asyncio.timeout(max(1.0, st.expires_mono - time.monotonic())):
+                await self._command("release", msg_id, st, lease_id=st.lease_id)
             _log(logging.INFO, "released", task_id=st.task_id, lease_id=st.lease_id, reason=reason)
         except WorkerProtocolError as exc:
             _log(logging.INFO, "release_refused", task_id=st.task_id, lease_id=st.lease_id, code=exc.code)
@@ -912,7 +913,9 @@ class Worker:
 
     async def _renew_loop(self, st: _Lease) -> None:
         interval = self.lease_ms / 3000
-        while True:
+        # Stops with the handler even if a cancellation went astray: a lease renewed after its
+        # attempt ended would hold its task and permits until the worker exits.
+        while st.handler is None or not st.handler.done():
             # A third of the lease, or at once when the lease is nearer its end than that
             # (e.g. a Start that came late in the lease after rate-limit backoffs).
             left = st.expires_mono - time.monotonic()
