@@ -247,3 +247,22 @@ def test_an_sdk_worker_goes_on_through_a_node_that_has_its_database(cluster_fact
     finally:
         balancer.close()
     print(f"a task submitted at the cut was worked through the other node {moved_in:.2f}s later")
+
+
+def test_a_node_started_while_its_database_is_down_waits_for_it(cluster_factory, mariadb_url, db_proxy):
+    """A node (re)started during a database restart does not exit: it comes up when the
+    database answers (chaos runs restart nodes and MariaDB at the same time)."""
+    db_proxy.cut()
+    cluster = cluster_factory(database_url=_through(db_proxy, mariadb_url), name="boot-outage")
+    node = cluster.add_node("early", wait=False)
+    waiting = "the database does not answer; waiting up to 120s"
+    deadline = time.monotonic() + 20
+    while waiting not in node.output(tail=None) and time.monotonic() < deadline:
+        assert node.alive, node.describe()
+        time.sleep(0.1)
+    time.sleep(1.5)  # a few more failed attempts, said nothing more
+    assert node.alive, node.describe()
+    db_proxy.restore()
+    node.wait_ready(30)
+    assert node.output(tail=None).count(waiting) == 1, node.describe()
+    assert node.terminate() == 0

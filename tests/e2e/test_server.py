@@ -20,8 +20,9 @@ def test_refuses_unmigrated_database(empty_db_url):
 
 def test_an_unreachable_database_is_reported_without_its_password():
     url = "mysql://orbit:hunter2-secret@127.0.0.1:9/orbit"  # nothing listens on port 9
-    refused = cli("orbit", "server", "--database-url", url, "--port", "9")
+    refused = cli("orbit", "server", "--database-url", url, "--port", "9", "--database-wait", "1")
     assert refused.returncode == 2, refused
+    assert "the database does not answer; waiting up to 1s" in refused.stderr  # said once, then waited
     assert "cannot read the schema version" in refused.stderr
     assert "hunter2-secret" not in refused.output and "Traceback" not in refused.stderr
 

@@ -168,11 +168,13 @@ def cli() -> None:
 @click.option("--database-url", default=None, help="mysql://… or sqlite:///…; default $ORBIT_DATABASE_URL")
 @click.option("--node-id", default=None, help="this node's identity in leases and logs")
 @click.option("--log-level", default="info", show_default=True)
-def server(host: str, port: int, database_url: str | None, node_id: str | None, log_level: str) -> None:
+@click.option("--database-wait", default=120.0, show_default=True, type=click.FloatRange(0, 86400),
+              help="seconds to wait at start-up for a database that does not answer")
+def server(host: str, port: int, database_url: str | None, node_id: str | None, log_level: str,
+           database_wait: float) -> None:
     """Run a production node against a migrated database."""
     from ..server.config import Settings
     from ..server.core.ids import NODE_ID_RULE, is_node_id
-    from ..server.store import migrate
 
     configure_logging(log_level)
     if node_id is not None and not is_node_id(node_id):
@@ -180,10 +182,7 @@ def server(host: str, port: int, database_url: str | None, node_id: str | None, 
     url = database_url or os.environ.get("ORBIT_DATABASE_URL")
     if not url:
         _fail("no database: pass --database-url or set ORBIT_DATABASE_URL")
-    try:
-        pending = asyncio.run(migrate.pending_migrations(url))
-    except Exception as exc:  # unreachable database, bad URL
-        _fail(f"cannot read the schema version: {type(exc).__name__}: {_without_password(str(exc), url)}")
+    pending = _schema_check(url, database_wait)
     if pending:
         _fail(
             f"the database schema is not current: {len(pending)} migration(s) pending "
@@ -195,6 +194,30 @@ def server(host: str, port: int, database_url: str | None, node_id: str | None, 
         settings.node_id = node_id
     _serve(settings, host, port, [f"orbit server node {settings.node_id} listening on http://{host}:{port}"])
     del lock
+
+
+def _schema_check(url: str, wait: float) -> list[tuple[str, str]]:
+    """The migrations still pending. A database that does not answer yet (restarting with the
+    node, or after it) is waited for, so that a node started during an outage comes up by
+    itself instead of exiting; a bad URL or a refused statement fails at once."""
+    from ..server.store import migrate
+    from ..server.store.dialect import is_unavailable
+
+    deadline = time.monotonic() + wait
+    delay = 0.25
+    told = False
+    while True:
+        try:
+            return asyncio.run(migrate.pending_migrations(url))
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {_without_password(str(exc), url)}"
+            if not is_unavailable(exc) or time.monotonic() + delay > deadline:
+                _fail(f"cannot read the schema version: {reason}")
+            if not told:
+                click.echo(f"orbit: the database does not answer; waiting up to {wait:.0f}s ({reason})", err=True)
+                told = True
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 @cli.command()
