@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +42,8 @@ class PrivateMariaDB:
         self.log_path = self.dir / "mariadbd.log"
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
+        # A Unix socket path must stay under 108 bytes, wherever the run's directory is.
+        self.sockdir = Path(tempfile.mkdtemp(prefix="orbit-chaos-db-"))
 
     @property
     def base_url(self) -> str:
@@ -51,7 +54,7 @@ class PrivateMariaDB:
 
     def _argv(self) -> list[str]:
         return [MARIADBD, "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
-                "--bind-address=127.0.0.1", f"--socket={self.dir / 'mariadbd.sock'}",
+                "--bind-address=127.0.0.1", f"--socket={self.sockdir / 'sock'}",
                 f"--pid-file={self.dir / 'mariadbd.pid'}", "--skip-grant-tables", "--skip-name-resolve",
                 "--user=root", "--innodb-buffer-pool-size=128M", "--max-connections=600",
                 "--innodb-lock-wait-timeout=10", f"--log-error={self.log_path}"]
@@ -93,6 +96,7 @@ class PrivateMariaDB:
     def close(self) -> None:
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.sockdir, ignore_errors=True)
 
 
 async def create_database(base_url: str, name: str) -> str:

@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -88,6 +89,7 @@ class Run:
         self.fault_log: list[dict[str, Any]] = []
         self.snapshot_problems: list[str] = []
         self.snapshots = 0
+        self.backlog_samples = 0
         self.t0 = 0.0
         self.stop_load = asyncio.Event()
         self.down: set[tuple[str, int]] = set()
@@ -344,6 +346,25 @@ class Run:
                                key_usage={k: ku[k] for k in self.keys.values()}, tasks=tasks, leases=leases,
                                queue_nodes=qn)
 
+    async def backlog_loop(self) -> None:
+        """Unfinished tasks per queue and application, counted in a consistent snapshot twice
+        a second, against the backlog limits."""
+        while not self.stop_load.is_set():
+            await asyncio.sleep(0.5)
+            if ("db", 0) in self.down:
+                continue
+            try:
+                rows = await self._rows("SELECT NOW(6) AS at, queue_id, COUNT(*) AS n FROM tasks "
+                                        "WHERE state IN ('WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW') "
+                                        "GROUP BY queue_id")
+            except Exception:  # the database is being restarted
+                continue
+            unfinished = {r["queue_id"]: int(r["n"]) for r in rows}
+            unfinished["application"] = sum(unfinished.values())
+            self.backlog_samples += 1
+            at = rows[0]["at"].isoformat(timespec="milliseconds") if rows else "-"
+            self.snapshot_problems += checks.check_backlogs(unfinished, self.limits.backlogs, at)
+
     async def recount_loop(self) -> None:
         while not self.stop_load.is_set():
             await asyncio.sleep(self.cfg.snapshot_every)
@@ -355,6 +376,9 @@ class Run:
                 continue
             self.snapshots += 1
             self.snapshot_problems += checks.recount(s)
+            unfinished = Counter(t["queue_id"] for t in s.tasks if t["state"] in checks.UNFINISHED)
+            unfinished["application"] = sum(unfinished.values())
+            self.snapshot_problems += checks.check_backlogs(unfinished, self.limits.backlogs, str(s.at))
 
     # ------------------------------------------------------------ drain and checks
 
@@ -416,7 +440,7 @@ class Run:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=2.0), limits=limits) as client:
             producers = [asyncio.create_task(self.produce(client, i, cfg.rate / 2)) for i in range(2)]
             fault_task = asyncio.create_task(self.run_faults(plan))
-            recounts = asyncio.create_task(self.recount_loop())
+            recounts = asyncio.gather(self.recount_loop(), self.backlog_loop())
             await asyncio.sleep(cfg.seconds)
             self.stop_load.set()
             self._say(f"load stopped: {self.producers.sent} keys sent, {len(self.producers.pending)} unanswered")
@@ -463,7 +487,7 @@ class Run:
             "lease_outcomes": dict(outcomes), "late_reports": late,
             "executions": len(execs), "tasks_run_more_than_once": sum(1 for n in ran.values() if n > 1),
             "faults": dict(Counter(f["kind"] for f in done)), "faults_skipped": len(self.fault_log) - len(done),
-            "db_restarts": self.db.restarts, "snapshots_recounted": self.snapshots + 1,
+            "db_restarts": self.db.restarts, "snapshots_recounted": self.snapshots + 1, "backlog_samples": self.backlog_samples,
             "problems": {k: v[:50] for k, v in problems.items() if v},
             "problem_count": sum(len(v) for v in problems.values()),
         }
@@ -471,15 +495,21 @@ class Run:
         (self.dir / "faults.json").write_text(json.dumps(self.fault_log, indent=2))
         return report
 
-    def close(self) -> None:
+    def close(self, keep_database: bool) -> None:
+        """Stop everything; the database's files (114 MB and more) stay only for a failed run."""
         if self.cluster is not None:
             self.cluster.close()
         self.db.kill()
+        shutil.rmtree(self.db.sockdir, ignore_errors=True)
+        if not keep_database:
+            shutil.rmtree(self.db.dir, ignore_errors=True)
 
 
 def run(cfg: Config) -> dict[str, Any]:
     r = Run(cfg)
+    report: dict[str, Any] = {}
     try:
-        return asyncio.run(r.main())
+        report = asyncio.run(r.main())
+        return report
     finally:
-        r.close()
+        r.close(keep_database=report.get("problem_count", 1) > 0)

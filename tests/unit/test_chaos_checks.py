@@ -101,8 +101,13 @@ BREAKS = {
     "resource key concurrency exceeded": (lambda h: _lease(h, "l3").update(leased_at=at(0.5)),
                                           "resource key k1: 2 permits"),
     "a task leased twice at once": (lambda h: _lease(h, "l4").update(leased_at=at(1.5)), "leased twice at once"),
-    "backlog exceeded": (lambda h: h.limits.backlogs.update(q1=1), "backlog of q1"),
 }
+
+
+def test_backlog_over_its_limit_is_caught():
+    assert checks.check_backlogs({"q1": 3, "application": 3}, {"q1": 3, "application": 3}, "t") == []
+    found = checks.check_backlogs({"q1": 4, "application": 4}, {"q1": 3, "application": 5}, "t")
+    assert found == ["t backlog of q1: 4 unfinished tasks, limit 3"]
 
 
 @pytest.mark.parametrize("name", sorted(BREAKS))
