@@ -345,7 +345,8 @@ async def test_cooperative_cancel_of_a_sync_handler(tenant, server):
 
 
 async def test_cancel_reaches_the_handler_through_renew_after_a_reconnect(tenant, server):
-    """The cancel push goes to the session that claimed; after a reconnect only renew replies tell."""
+    """The cancel push goes to the session that claimed or renewed last: after a reconnect the
+    worker renews its running leases at once, so the cancel reaches the handler there."""
     q = await tenant.create_queue()
     (tid,) = await submit(tenant, q["id"], 1)
     started = asyncio.Event()
