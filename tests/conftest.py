@@ -9,6 +9,7 @@ skipping its half of the suite.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -80,3 +81,37 @@ def db_url(request):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+class WorkerEvents(logging.Handler):
+    """The SDK worker's log events in order: each `record.orbit` (event and fields) plus `at`,
+    the record's wall-clock time."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.events: list[dict] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = getattr(record, "orbit", None)
+        if fields:
+            self.events.append({**fields, "at": record.created})
+
+    @property
+    def names(self) -> list[str]:
+        return [e["event"] for e in self.events]
+
+    def named(self, event: str) -> list[dict]:
+        return [e for e in self.events if e["event"] == event]
+
+
+@pytest.fixture
+def worker_events():
+    """Collects the `orbit.worker` logger's events (INFO and up) during the test."""
+    handler = WorkerEvents()
+    logger = logging.getLogger("orbit.worker")
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(previous)

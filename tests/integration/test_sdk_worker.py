@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import threading
 from collections import Counter
@@ -16,6 +17,7 @@ from datetime import datetime
 
 import pytest
 import uvicorn
+import websockets
 from sqlalchemy import select
 
 import orbit
@@ -343,7 +345,8 @@ async def test_cooperative_cancel_of_a_sync_handler(tenant, server):
 
 
 async def test_cancel_reaches_the_handler_through_renew_after_a_reconnect(tenant, server):
-    """The cancel push goes to the session that claimed; after a reconnect only renew replies tell."""
+    """The cancel push goes to the session that claimed or renewed last: after a reconnect the
+    worker renews its running leases at once, so the cancel reaches the handler there."""
     q = await tenant.create_queue()
     (tid,) = await submit(tenant, q["id"], 1)
     started = asyncio.Event()
@@ -674,6 +677,33 @@ async def test_worker_session_raw_protocol(tenant, server):
     assert hidden.value.code == "NOT_FOUND"
     with pytest.raises(orbit.TransportError):
         await WorkerSession.connect(f"http://127.0.0.1:{free_port()}", tenant.token, node_id="raw-1")
+
+
+async def test_a_session_given_up_during_its_hello_leaves_no_unretrieved_error():
+    """A worker stopped while a slow node has not answered its hello cancels the connect; the
+    hello's reply future, failed by the close, must not surface as a loop error."""
+    errors: list[str] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, ctx: errors.append(ctx.get("message", "")))
+
+    async def silent(ws):
+        await asyncio.sleep(5)
+
+    try:
+        async with websockets.serve(silent, "127.0.0.1", 0) as node:
+            port = node.sockets[0].getsockname()[1]
+            connect = asyncio.create_task(WorkerSession.connect(f"http://127.0.0.1:{port}", "t", "n"))
+            await asyncio.sleep(0.3)
+            connect.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await connect
+        del connect
+        gc.collect()
+        await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(previous)
+    assert errors == []
 
 
 async def test_worker_with_a_bad_token_fails_fast(tenant, server):

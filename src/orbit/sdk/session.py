@@ -95,6 +95,11 @@ def worker_connect_url(url: str) -> str:
     return base
 
 
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _denied(exc: InvalidStatus) -> APIError:
     """An upgrade refused with an HTTP status: the server's error envelope as an APIError."""
     response = exc.response
@@ -287,6 +292,9 @@ class WorkerSession:
         fut = self._waiting.get(msg_id)
         if fut is None or fut.done():
             fut = loop.create_future()
+            # Its caller may be cancelled (the shield keeps the future): a close that fails it
+            # later must not leave an exception nobody retrieves.
+            fut.add_done_callback(_retrieve)
             self._waiting[msg_id] = fut
         try:
             async with self._send_lock:

@@ -24,14 +24,18 @@ Rules the runtime follows (`sdk.md`, `workers.md`, `queues.md`):
   cancelled and the task is reported `cancelled`;
 - reports outcomes with per-command message ids, keeps unacknowledged reports
   and replays them with the same ids after a reconnect;
-- reconnects with exponential backoff and jitter (leases stay valid on the
-  server until they expire);
+- reconnects when its session is lost, keeping what it holds (leases stay
+  valid on the server until they expire, through any node): given several
+  server URLs, to the next one at once, backing off (exponentially, with
+  jitter) only after a whole round of them failed (`failover.py`); on the new
+  session it renews its running leases at once, so that pushes follow it;
 - abandons a task whose lease was revoked (no report);
-- on a `drain` push, `stop()` or SIGTERM/SIGINT: claims nothing more, releases
-  leases it has not started, lets running handlers finish within the drain
-  deadline, then returns with `drained = True`;
+- on `stop()` or SIGTERM/SIGINT, and on a `drain` push when it has one URL:
+  claims nothing more, releases leases it has not started, lets running
+  handlers finish within the drain deadline, then returns with `drained = True`;
 - on a `drain` push whose reason is `database_unavailable` (the node lost its
-  database): reconnects instead, keeping what it holds.
+  database), or any `drain` when it has several URLs: reconnects elsewhere
+  instead, keeping what it holds.
 
 Logs go to the stdlib logger ``orbit.worker`` as ``event key=value ...`` lines
 (the fields are also attached as ``record.orbit``); payloads, results and
@@ -44,6 +48,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -53,7 +58,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +68,7 @@ from typing import Any
 import orjson
 
 from .errors import APIError, PermanentError, RetryableError, TransportError
+from .failover import Failover
 from .session import (
     SDK_NAME,
     WorkerConnectionClosed,
@@ -153,6 +160,24 @@ class TaskContext:
         return self.id
 
 
+@dataclass(eq=False)
+class _Link:
+    """One connection to one server URL; a drain heard during its hello is kept for it."""
+
+    url: str
+    session: WorkerSession | None = None
+    leaving: str | None = None  # the reason of the drain that makes the worker leave this node
+
+
+def _where(url: str) -> str:
+    """A server URL as logged: host and port, never userinfo."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+    except ValueError:
+        return "?"
+
+
 class _Gone(Exception):
     """Internal: the lease is no longer ours (revoked, expired, cancelled)."""
 
@@ -173,6 +198,7 @@ class _Lease:
     runner: asyncio.Task | None = None
     grace_timer: asyncio.TimerHandle | None = None
     is_async: bool = True
+    renew_now: asyncio.Event = field(default_factory=asyncio.Event)  # set on a new session
 
     @property
     def lease_id(self) -> str:
@@ -199,12 +225,24 @@ class Worker:
     directly instead. `Worker.from_env()` reads `ORBIT_URL` and
     `ORBIT_CREDENTIALS_FILE` (or `ORBIT_TOKEN`).
 
-    A `drain` pushed by the server (its node is shutting down) ends the run
-    like `stop()` does, bounded by the server's deadline: run the worker under
-    a supervisor (or loop over `arun()`) to reconnect to another node. A
-    `drain` whose reason is `database_unavailable` (the node lost its
-    database) does not: the worker reconnects, through the same URL, and goes
-    on with what it holds.
+    `urls=[...]` gives the worker several nodes of one cluster instead of one
+    URL (a client then supplies only the token). It connects to the first; when
+    its session is lost (the node stopped, was killed, drains or lost its
+    database) or a node refuses it, it goes on at once through the next URL,
+    in order and round the list, and waits (`reconnect_initial` doubling to
+    `reconnect_max`) only after a whole round without a session. Nodes share
+    the database, so leases, Starts and unacknowledged reports carry over from
+    one node to another. List them in a different order per worker to spread
+    workers over the nodes.
+
+    With one URL, a `drain` pushed by the server (its node is shutting down)
+    ends the run like `stop()` does, bounded by the server's deadline: run the
+    worker under a supervisor (or loop over `arun()`), or give it several
+    URLs, to go on through another node. A `drain` whose reason is
+    `database_unavailable` (the node lost its database) does not: the worker
+    reconnects, through the same URL (a balancer sends it to a ready node),
+    and goes on with what it holds. With several URLs every `drain` makes it
+    go on through the next one.
     Sync handlers cannot be interrupted: one still running at the drain
     deadline is abandoned (its lease expires on the server) and `drained` is
     False.
@@ -219,6 +257,7 @@ class Worker:
         node_id: str | None = None,
         lease_ms: int = 30_000,
         url: str | None = None,
+        urls: Sequence[str] | None = None,
         token: str | None = None,
         cancel_grace: float = 5.0,
         drain_timeout: float = 30.0,
@@ -228,14 +267,23 @@ class Worker:
         reply_timeout: float = 30.0,
         sdk: str = SDK_NAME,
     ) -> None:
+        if urls is not None:
+            if url is not None or isinstance(client, str):
+                raise ValueError("give the Worker either one URL or urls=[...], not both")
+            if isinstance(urls, str) or not all(isinstance(u, str) and u for u in urls):
+                raise ValueError("urls must be a list of server URLs")
+            # The same node twice would defeat going on through another one.
+            urls = list(dict.fromkeys(urls))
         if isinstance(client, str):
             url = url or client
         elif client is not None:
             client_url = getattr(client, "url", None) or getattr(client, "base_url", None)
             url = url or (str(client_url) if client_url is not None else None)
             token = token or getattr(client, "token", None)
-        if not url:
-            raise ValueError("Worker needs a server URL (a client, a URL, or url=...)")
+        if urls:
+            url = None
+        elif not url:
+            raise ValueError("Worker needs a server URL (a client, a URL, url=... or urls=[...])")
         if not token:
             raise ValueError("Worker needs a token (a client, or token=...)")
         queues = [queues] if isinstance(queues, str) else list(queues)
@@ -247,7 +295,7 @@ class Worker:
             raise ValueError("lease_ms must be between 1000 and 600000")
         if not 0 <= claim_wait_ms <= 30_000:
             raise ValueError("claim_wait_ms must be between 0 and 30000")
-        self.url = str(url)
+        self.urls: list[str] = [str(u) for u in urls] if urls else [str(url)]
         self._token = str(token)
         self.queues = queues
         self.concurrency = concurrency
@@ -271,16 +319,24 @@ class Worker:
         self._reset_runtime_state()
 
     def __repr__(self) -> str:  # never show the token
-        return f"Worker(url={self.url!r}, queues={self.queues!r}, concurrency={self.concurrency})"
+        where = f"url={self.urls[0]!r}" if len(self.urls) == 1 else f"urls={self.urls!r}"
+        return f"Worker({where}, queues={self.queues!r}, concurrency={self.concurrency})"
+
+    @property
+    def url(self) -> str:
+        """The server URL of the current session (while disconnected: the next one to try)."""
+        failover = self._failover
+        return failover.current if failover is not None else self.urls[0]
 
     # ------------------------------------------------------------ construction helpers
 
     @classmethod
     def from_env(cls, queues: list[str] | None = None, **kwargs: Any) -> Worker:
         """`ORBIT_URL` + `ORBIT_CREDENTIALS_FILE` (or `ORBIT_TOKEN`); queues default to
-        `ORBIT_QUEUE_ID` or the credentials file's `queue_id`."""
+        `ORBIT_QUEUE_ID` or the credentials file's `queue_id`. `urls=[...]` replaces `ORBIT_URL`."""
+        several = kwargs.get("urls") is not None
         url = os.environ.get("ORBIT_URL")
-        if not url:
+        if not url and not several:
             raise ValueError("ORBIT_URL is not set")
         token = os.environ.get("ORBIT_TOKEN")
         creds: dict[str, Any] = {}
@@ -295,6 +351,8 @@ class Worker:
             if not q:
                 raise ValueError("no queues given and neither ORBIT_QUEUE_ID nor a queue_id in the credentials file")
             queues = [q]
+        if several:
+            return cls(token=token, queues=queues, **kwargs)
         return cls(url=url, token=token, queues=queues, **kwargs)
 
     def handler(self, fn: Callable[[TaskContext], Any]) -> Callable[[TaskContext], Any]:
@@ -421,6 +479,7 @@ class Worker:
         self._signals = 0
         self._fatal: BaseException | None = None
         self._closing: set[asyncio.Task] = set()
+        self._failover: Failover | None = None
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -521,59 +580,74 @@ class Worker:
     # ------------------------------------------------------------ internals: connection
 
     async def _connection_loop(self) -> None:
-        delay = self.reconnect_initial
-        attempt = 0
+        failover = self._failover = Failover(self.urls, self.reconnect_initial, self.reconnect_max)
+        attempt = opened = 0
         while True:
             if self._hard_stop.is_set() or (self._draining and not self._leases and not self._unacked):
                 return
             attempt += 1
+            link = _Link(failover.current)
             try:
                 session = await WorkerSession.connect(
-                    self.url, self._token, self.node_id, self.queues, sdk=self.sdk, on_push=self._on_push,
-                    reply_timeout=self.reply_timeout,
+                    link.url, self._token, self.node_id, self.queues, sdk=self.sdk,
+                    on_push=functools.partial(self._on_push, link), reply_timeout=self.reply_timeout,
                 )
             except APIError as exc:
                 if exc.status_code in (401, 403, 404):
-                    _log(logging.ERROR, "connect_refused", status=exc.status_code, code=exc.code)
+                    _log(logging.ERROR, "connect_refused", server=_where(link.url), status=exc.status_code,
+                         code=exc.code)
                     raise
-                wait = max(delay, exc.retry_after)
-                _log(logging.WARNING, "connect_failed", status=exc.status_code, code=exc.code, attempt=attempt,
-                     retry_in_s=round(wait, 2))
+                wait = failover.failed(exc.retry_after)
+                _log(logging.WARNING, "connect_failed", server=_where(link.url), status=exc.status_code,
+                     code=exc.code, attempt=attempt, retry_in_s=round(wait, 2))
             except WorkerProtocolError as exc:
                 if exc.code in ("NOT_FOUND", "PERMISSION_DENIED", "INVALID_ARGUMENT", "UNAUTHENTICATED"):
-                    _log(logging.ERROR, "hello_refused", code=exc.code)
+                    _log(logging.ERROR, "hello_refused", server=_where(link.url), code=exc.code)
                     raise
-                wait = delay
-                _log(logging.WARNING, "hello_failed", code=exc.code, attempt=attempt, retry_in_s=round(wait, 2))
-            except TransportError as exc:
-                wait = delay
-                _log(logging.WARNING, "connect_failed", error=type(exc).__name__, attempt=attempt,
+                wait = failover.failed()
+                _log(logging.WARNING, "hello_failed", server=_where(link.url), code=exc.code, attempt=attempt,
                      retry_in_s=round(wait, 2))
+            except TransportError as exc:
+                wait = failover.failed()
+                _log(logging.WARNING, "connect_failed", server=_where(link.url), error=type(exc).__name__,
+                     attempt=attempt, retry_in_s=round(wait, 2))
             else:
-                if attempt > 1:
-                    _log(logging.INFO, "reconnected", session_id=session.session_id, attempts=attempt,
-                         pending_reports=len(self._unacked), in_flight=len(self._leases))
+                failover.connected(time.monotonic())
+                opened += 1
+                if opened > 1:
+                    _log(logging.INFO, "reconnected", server=_where(link.url), session_id=session.session_id,
+                         attempts=attempt, pending_reports=len(self._unacked), in_flight=len(self._leases))
                 else:
-                    _log(logging.INFO, "connected", session_id=session.session_id)
-                self._session = session
-                self._session_ready.set()
-                connected_at = time.monotonic()
+                    _log(logging.INFO, "connected", server=_where(link.url), session_id=session.session_id)
+                attempt = 0
+                link.session = session
+                if link.leaving:  # the node drained while it answered the hello
+                    self._leave(link)
+                else:
+                    self._session = session
+                    self._session_ready.set()
+                    if opened > 1:
+                        self._renew_running_leases()
                 try:
                     await session.wait_closed()
                 finally:
                     self._session_ready.clear()
                     self._session = None
                     await session.close()
-                _log(logging.WARNING if not self._draining else logging.INFO, "disconnected",
-                     code=session.close_code, in_flight=len(self._leases))
+                wait = failover.lost(time.monotonic())
+                _log(logging.WARNING if not (self._draining or link.leaving) else logging.INFO, "disconnected",
+                     server=_where(link.url), code=session.close_code, in_flight=len(self._leases),
+                     retry_in_s=round(wait, 2))
                 if session.close_code == 4401:
                     raise APIError("UNAUTHENTICATED", "the credential was revoked", status_code=401)
-                if time.monotonic() - connected_at >= 5.0:  # a session that lived resets the backoff
-                    delay, attempt = self.reconnect_initial, 0
-                wait = delay
-            wait = wait * random.uniform(0.5, 1.5)
             await asyncio.sleep(wait)
-            delay = min(self.reconnect_max, max(delay, self.reconnect_initial) * 2)
+
+    def _renew_running_leases(self) -> None:
+        """On a new session: renew every running lease now, so that the server sends its pushes
+        (cancel requests, revocations) here rather than to the session that is gone."""
+        for st in self._leases.values():
+            if st.started:
+                st.renew_now.set()
 
     async def _current_session(self, abort_on_drain: bool = False) -> WorkerSession:
         while True:
@@ -621,10 +695,11 @@ class Worker:
                 await asyncio.sleep(wait)
                 backoff = min(backoff * 2, 5.0)
 
-    def _on_push(self, msg: dict[str, Any]) -> None:
+    def _on_push(self, link: _Link, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
-        if kind == "drain" and msg.get("reason") == "database_unavailable":
-            self._reconnect_elsewhere()
+        if kind == "drain" and (msg.get("reason") == "database_unavailable" or len(self.urls) > 1):
+            link.leaving = str(msg.get("reason") or "draining")
+            self._leave(link)
             return
         if kind == "drain":
             deadline_ms = msg.get("deadline_ms")
@@ -639,16 +714,17 @@ class Worker:
         elif kind == "lease_revoked":
             self._revoke(st, str(msg.get("reason") or "revoked"))
 
-    def _reconnect_elsewhere(self) -> None:
-        """The node lost its database, it is not shutting down: keep the handlers running and go
-        on through a new session, which a balancer gives to a node that is ready (this one's
-        readiness fails meanwhile). Leases, pending Starts and unacknowledged reports carry over
-        with their message ids; a node that still refuses the session is retried with backoff."""
-        session = self._session
+    def _leave(self, link: _Link) -> None:
+        """The node lost its database or drains: keep the handlers running and go on through a
+        new session, on the next URL when there are several (with one, a balancer gives the same
+        URL to a node that is ready; this one's readiness fails meanwhile). Leases, pending
+        Starts and unacknowledged reports carry over with their message ids."""
+        session = link.session
         if session is None or session.closed:
-            return
-        _log(logging.WARNING, "server_lost_database", action="reconnect", in_flight=len(self._leases))
-        task = asyncio.get_running_loop().create_task(session.close(1001, "server lost its database"))
+            return  # still in its hello: closed as soon as it is open
+        event = "server_lost_database" if link.leaving == "database_unavailable" else "server_draining"
+        _log(logging.WARNING, event, server=_where(link.url), action="reconnect", in_flight=len(self._leases))
+        task = asyncio.get_running_loop().create_task(session.close(1001, "reconnecting elsewhere"))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -919,7 +995,9 @@ class Worker:
             # A third of the lease, or at once when the lease is nearer its end than that
             # (e.g. a Start that came late in the lease after rate-limit backoffs).
             left = st.expires_mono - time.monotonic()
-            await asyncio.sleep(max(0.0, min(interval, left - 2 * interval)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(st.renew_now.wait(), max(0.0, min(interval, left - 2 * interval)))
+            st.renew_now.clear()
             sent = time.monotonic()
             try:
                 reply = await self._command("renew", new_message_id("renew"), st, lease_id=st.lease_id,
