@@ -996,8 +996,11 @@ class Worker:
             # (e.g. a Start that came late in the lease after rate-limit backoffs).
             left = st.expires_mono - time.monotonic()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(st.renew_now.wait(), max(0.0, min(interval, left - 2 * interval)))
+                async with asyncio.timeout(max(0.0, min(interval, left - 2 * interval))):  # see WorkerSession.call
+                    await st.renew_now.wait()
             st.renew_now.clear()
+            if st.handler is not None and st.handler.done():
+                return
             sent = time.monotonic()
             try:
                 reply = await self._command("renew", new_message_id("renew"), st, lease_id=st.lease_id,
