@@ -36,7 +36,7 @@ class PrivateMariaDB:
     """
 
     def __init__(self, workdir: Path, *, port: int | None = None) -> None:
-        self.dir = Path(workdir)
+        self.dir = Path(workdir).resolve()
         self.datadir = self.dir / "data"
         self.port = port or _free_port()
         self.log_path = self.dir / "mariadbd.log"

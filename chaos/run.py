@@ -161,8 +161,11 @@ class Run:
 
     def _new_task(self, key: str) -> tuple[str, dict[str, Any]]:
         r = self.rng
-        kind = r.choices(["retry", "review", "keyed"], weights=[4, 3, 3])[0]
-        payload: dict[str, Any] = {"k": key, "ms": int(r.choice([r.uniform(10, 250)] * 3 + [r.uniform(800, 2500)]))}
+        kind = r.choices(["retry", "review", "keyed"], weights=[4, 3, 2])[0]
+        # A quarter of the handlers run for seconds (so kills land mid-handler); those holding
+        # a resource key stay short, or the keys' few permits would make the backlog grow.
+        long = kind != "keyed" and r.random() < 0.25
+        payload: dict[str, Any] = {"k": key, "ms": int(r.uniform(800, 2500) if long else r.uniform(10, 250))}
         if r.random() < 0.15:
             payload["fail"] = r.choice([1, 1, 2])
         if r.random() < 0.03:
