@@ -219,8 +219,8 @@ def _strict_operations() -> list[Any]:
 
 
 ALL_OPERATIONS = _strict_operations()
-# CI draws 300 cases per run; a long run sets ORBIT_FUZZ_EXAMPLES (e.g. 2500: 10,000 cases in all).
-MANY = settings(max_examples=int(os.environ.get("ORBIT_FUZZ_EXAMPLES", "300")), deadline=None, database=None,
+# CI draws 750 cases per run (3,000 in all); a long run sets ORBIT_FUZZ_EXAMPLES (e.g. 2500: 10,000 cases in all).
+MANY = settings(max_examples=int(os.environ.get("ORBIT_FUZZ_EXAMPLES", "750")), deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 
 
