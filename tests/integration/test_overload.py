@@ -11,7 +11,10 @@ import time
 import httpx
 import pytest
 
-from orbit.server.overload import Slots
+from orbit.server.errors import Overloaded
+from orbit.server.overload import Slots, waits_until
+from orbit.server.store.db import Database
+from orbit.server.store.tx import Stmt
 
 from .queue_helpers import assert_error, idempotency_count, ok, state
 from .worker_client import Worker, serve
@@ -150,3 +153,34 @@ async def test_open_worker_sessions_are_not_held_by_the_limit(tenant, app):
         lease = claimed["tasks"][0]["lease_id"]
         assert (await w.call("start", lease_id=lease))["ok"]
         assert (await w.call("complete", lease_id=lease, outcome="succeeded"))["ok"]
+
+
+async def test_a_wait_for_the_database_ends_with_the_request_s_budget_and_is_not_an_outage(db_url):
+    """Every connection (SQLite: the writer) held by transactions in progress: another
+    transaction waits only as long as its request may, then hears `Overloaded`; the database's
+    health is not bothered, and the next transaction after them runs."""
+    db = Database(db_url, pool_size=1)  # MariaDB: 2 connections per pool
+    release = asyncio.Event()
+    holding_started = asyncio.Event()
+    holders = 1 if db.dialect == "sqlite" else 2
+
+    async def hold(tx):
+        await tx.rows(Stmt("SELECT 1 AS one"))
+        holding_started.set()
+        await release.wait()
+
+    try:
+        busy = [asyncio.create_task(db.transaction(hold)) for _ in range(holders)]
+        await holding_started.wait()
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        with waits_until(time.monotonic() + 0.2), pytest.raises(Overloaded):
+            await db.transaction(lambda tx: tx.rows(Stmt("SELECT 1 AS one")))
+        assert 0.15 <= time.monotonic() - started < 1.5
+        assert db.overloaded == 1 and db.health.available
+        release.set()
+        await asyncio.gather(*busy)
+        assert await db.transaction(lambda tx: tx.rows(Stmt("SELECT 1 AS one")))
+    finally:
+        release.set()
+        await db.close()
