@@ -117,6 +117,7 @@ def test_an_overloaded_node_answers_promptly_sheds_the_rest_loses_nothing_and_re
     assert max(t for _, t in health) <= BOUND_S, health
     assert lone[0] == 201 and lone[1] < 1.0, lone
     assert ready == 200
+    assert _metric(metrics, "orbit_http_requests_in_progress") == 0  # every slot was given back
 
     # Nothing accepted was lost, nothing refused was kept: the queue's tasks are exactly those answered.
     rows = asyncio.run(fetch_all(mariadb_url, "SELECT id FROM tasks WHERE queue_id = :q", q=qid))
