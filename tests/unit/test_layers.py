@@ -19,16 +19,17 @@ SERVER = SRC / "orbit" / "server"
 # `if TYPE_CHECKING:` are annotations, not dependencies, and are not counted.
 ALLOWED = {
     "core": set(),
-    "store": {"core", "errors"},
+    "store": {"core", "errors", "overload"},
     "services": {"store", "core", "errors"},
-    "http": {"services", "core", "errors", "envelope", "node"},
+    "http": {"services", "core", "errors", "envelope", "node", "overload"},
     "ws": {"services", "core", "errors", "envelope", "wakeups", "batching", "loops"},
     "errors": set(),
     "envelope": {"errors"},
     "wakeups": set(),
     "loops": {"core", "errors"},
-    "batching": {"loops", "errors"},
+    "batching": {"loops", "errors", "overload"},
     "config": set(),
+    "overload": set(),
 }
 ROOTS = {"app", "node", "migrations"}  # the composition root wires everything together
 

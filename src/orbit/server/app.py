@@ -26,6 +26,7 @@ from .http import audit as audit_routes
 from .http import credential as credential_routes
 from .http import ui as ui_routes
 from .http import metrics as metrics_routes
+from .http.admission import AdmissionGate
 from .http.common import error_response
 from .http.draining import DrainingGate
 from .http.openapi import install_openapi
@@ -295,6 +296,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     install_openapi(app)
     app.add_middleware(MethodGate, api=app)  # inside the fast path: a submit needs no method check
     app.add_middleware(SubmitFastPath, api=app)
+    app.add_middleware(AdmissionGate, node=node)  # bounded requests in progress, the fast path's too
     app.add_middleware(DrainingGate, node=node)  # outside the fast path, inside the request id
     app.add_middleware(RequestIdMiddleware)
     return app

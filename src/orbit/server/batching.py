@@ -9,18 +9,53 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import structlog
 
-from .errors import DatabaseUnavailable
+from .errors import DatabaseUnavailable, overloaded
 from .loops import raise_if_cancelled
+from .overload import deadline, waits_until
 
 log = structlog.get_logger("orbit.batching")
 
 C = TypeVar("C")
 R = TypeVar("R")
+
+# A command still waiting for its transaction this long after it was queued (or when the waits of
+# the request that queued it must end, if sooner: `overload.deadline`) is answered UNAVAILABLE
+# instead of being run: the node is overloaded, and its caller is better served by a prompt
+# refusal it may resend (same message id, same idempotency key) than by a late answer.
+MAX_QUEUED_S = 2.0
+
+
+def _due_by() -> float:
+    """When a command queued now must have begun its transaction."""
+    latest = time.monotonic() + MAX_QUEUED_S
+    at = deadline()
+    return latest if at is None or at > latest else at
+
+
+def _refuse_late(queue: list[tuple[C, asyncio.Future, float]], refuse: Callable[[asyncio.Future], None]) -> None:
+    """Take the commands whose time to begin is over out of `queue`, each refused through `refuse`."""
+    now = time.monotonic()
+    if all(due >= now for _, _, due in queue):
+        return
+    keep = []
+    for item in queue:
+        if item[2] >= now:
+            keep.append(item)
+        elif not item[1].done():
+            refuse(item[1])
+    queue[:] = keep
+
+
+def _run_by(batch: list[tuple[C, asyncio.Future, float]]) -> contextlib.AbstractContextManager[None]:
+    """Within this block the batch's waits (for a connection) end when its first command's must."""
+    return waits_until(min(due for _, _, due in batch))
 
 
 class GroupCommitter(Generic[C]):
@@ -42,7 +77,8 @@ class GroupCommitter(Generic[C]):
         self._run = run
         self._max_batch = max_batch
         self._linger = linger
-        self._pending: list[tuple[C, asyncio.Future]] = []
+        self.shed = 0  # commands answered UNAVAILABLE for waiting too long (`MAX_QUEUED_S`)
+        self._pending: list[tuple[C, asyncio.Future, float]] = []
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(parallel)
         self._in_flight = 0
@@ -58,9 +94,11 @@ class GroupCommitter(Generic[C]):
                 await self._task
 
     def enqueue(self, command: C) -> asyncio.Future:
-        """Queue `command`; its reply (or error) arrives on the returned future."""
+        """Queue `command`; its reply (or error) arrives on the returned future. A command still
+        waiting for its transaction when its time is over (`MAX_QUEUED_S`) is answered
+        UNAVAILABLE instead."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((command, fut))
+        self._pending.append((command, fut, _due_by()))
         self._wake.set()
         return fut
 
@@ -78,16 +116,24 @@ class GroupCommitter(Generic[C]):
                 self._in_flight += 1
                 asyncio.create_task(self._flush(batch))
 
-    async def _flush(self, batch: list[tuple[C, asyncio.Future]]) -> None:
+    def _refuse(self, fut: asyncio.Future) -> None:
+        self.shed += 1
+        fut.set_result(overloaded())  # a command's own result: its reply carries retry_after_ms
+
+    async def _flush(self, batch: list[tuple[C, asyncio.Future, float]]) -> None:
         try:
-            replies = await self._run([c for c, _ in batch])
-            for (_, fut), reply in zip(batch, replies):
+            _refuse_late(batch, self._refuse)
+            if not batch:
+                return
+            with _run_by(batch):
+                replies = await self._run([c for c, _, _ in batch])
+            for (_, fut, _), reply in zip(batch, replies):
                 if not fut.done():
                     fut.set_result(reply)
         except Exception as exc:
             if not isinstance(exc, DatabaseUnavailable):  # the database's health reports outages, once
                 log.warning("group_commit_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
-            for _, fut in batch:
+            for _, fut, _ in batch:
                 if not fut.done():
                     fut.set_exception(exc)
         finally:
@@ -110,26 +156,37 @@ class KeyedBatcher(Generic[C, R]):
         self._max_batch = max_batch
         self._weight = weight
         self._max_weight = max_weight
-        self._pending: dict[str, list[tuple[C, asyncio.Future]]] = {}
+        self.shed = 0  # commands refused UNAVAILABLE for waiting too long (`MAX_QUEUED_S`)
+        self._pending: dict[str, list[tuple[C, asyncio.Future, float]]] = {}
         self._tasks: set[asyncio.Task] = set()
 
     async def submit(self, key: str, command: C) -> R:
+        """The command's reply; raises UNAVAILABLE (`overloaded`) when the command's time to begin
+        its transaction was over first (it never ran)."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         queue = self._pending.get(key)
         if queue is None:
-            self._pending[key] = [(command, fut)]
-            task = asyncio.create_task(self._serve(key), name=f"batch-{self.name}")
+            self._pending[key] = [(command, fut, _due_by())]
+            # A context of its own: the task serves later callers too, never under this one's deadline.
+            task = asyncio.create_task(self._serve(key), name=f"batch-{self.name}", context=contextvars.Context())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         else:
-            queue.append((command, fut))
+            queue.append((command, fut, _due_by()))
         return await fut
+
+    def _refuse(self, fut: asyncio.Future) -> None:
+        self.shed += 1
+        fut.set_exception(overloaded())
 
     async def _serve(self, key: str) -> None:
         queue = self._pending[key]
-        batch: list[tuple[C, asyncio.Future]] = []
+        batch: list[tuple[C, asyncio.Future, float]] = []
         try:
             while queue:
+                _refuse_late(queue, self._refuse)
+                if not queue:
+                    break
                 n, total = 0, 0
                 while n < len(queue) and n < self._max_batch:
                     total += self._weight(queue[n][0])
@@ -138,21 +195,22 @@ class KeyedBatcher(Generic[C, R]):
                     n += 1
                 batch, queue[:] = queue[:n], queue[n:]
                 try:
-                    replies = await self._run([c for c, _ in batch])
+                    with _run_by(batch):
+                        replies = await self._run([c for c, _, _ in batch])
                 except Exception as exc:
                     raise_if_cancelled(exc)
                     if not isinstance(exc, DatabaseUnavailable):
                         log.warning("batch_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
-                    for _, fut in batch:
+                    for _, fut, _ in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
-                for (_, fut), reply in zip(batch, replies):
+                for (_, fut, _), reply in zip(batch, replies):
                     if not fut.done():
                         fut.set_result(reply)
         finally:
             del self._pending[key]
-            for _, fut in batch + queue:
+            for _, fut, _ in batch + queue:
                 if not fut.done():
                     fut.cancel()
 

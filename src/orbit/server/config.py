@@ -7,6 +7,17 @@ import socket
 from dataclasses import dataclass, field
 
 
+# The default limit of HTTP requests in progress, per unit of the pool size (ORBIT_DB_POOL_SIZE;
+# the pools open twice as many connections). Their waits for connections and group commits are
+# bounded on their own (overload.WAIT_BUDGET_S), so this limit bounds what queues for the event
+# loop: single submits share transactions (up to 64 per commit, one per queue at a time), and a
+# node kept its submit throughput with 1,000 in progress where 160 let refusals take its CPU.
+REQUESTS_IN_PROGRESS_PER_POOL_SIZE = 50
+# A batch submit's transaction writes up to 500 tasks: a few at once keep the database as busy as
+# many (measured: the same tasks/s with 4 at once as with 40, at a tenth of the latency).
+POOL_SIZE_PER_BATCH_SUBMIT = 4
+
+
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value else default
@@ -44,6 +55,14 @@ class Settings:
         default_factory=lambda: _env_int("ORBIT_EVENT_RETENTION_SECONDS", 7 * 24 * 3600))
     event_retention_rows: int = field(default_factory=lambda: _env_int("ORBIT_EVENT_RETENTION_ROWS", 10_000_000))
     pool_size: int = field(default_factory=lambda: _env_int("ORBIT_DB_POOL_SIZE", 20))
+    # HTTP requests in progress on this node at most (health, readiness, metrics and the static
+    # dashboard aside); 0: derived from the pool size (`requests_in_progress_limit`).
+    max_requests_in_progress: int = field(default_factory=lambda: _env_int("ORBIT_MAX_REQUESTS_IN_PROGRESS", 0))
+    # How long a request beyond that limit waits for a slot before it is refused 503 UNAVAILABLE.
+    admission_wait_ms: int = field(default_factory=lambda: _env_int("ORBIT_ADMISSION_WAIT_MS", 1000))
+    # Of those, batch submits in progress at most; 0: derived from the pool size (`batch_submits_limit`).
+    max_batch_submits_in_progress: int = field(
+        default_factory=lambda: _env_int("ORBIT_MAX_BATCH_SUBMITS_IN_PROGRESS", 0))
     dev_mode: bool = False
     background_loops: bool = True
     # `host:port` of a separate listener serving only /metrics; None: no such listener.
@@ -52,6 +71,18 @@ class Settings:
     metrics_public: bool | None = field(default_factory=lambda: _env_flag("ORBIT_METRICS_PUBLIC"))
     # The per-queue gauges are read from the database at most once per this many seconds per node.
     metrics_ttl_seconds: float = field(default_factory=lambda: _env_float("ORBIT_METRICS_TTL_SECONDS", 5.0))
+
+    def requests_in_progress_limit(self) -> int:
+        """The configured limit, or REQUESTS_IN_PROGRESS_PER_POOL_SIZE per unit of the pool size."""
+        if self.max_requests_in_progress < 0:
+            raise ValueError("ORBIT_MAX_REQUESTS_IN_PROGRESS must be 0 (derived from the pool size) or more")
+        return self.max_requests_in_progress or max(1, self.pool_size * REQUESTS_IN_PROGRESS_PER_POOL_SIZE)
+
+    def batch_submits_limit(self) -> int:
+        """The configured limit, or one batch submit per POOL_SIZE_PER_BATCH_SUBMIT of the pool size."""
+        if self.max_batch_submits_in_progress < 0:
+            raise ValueError("ORBIT_MAX_BATCH_SUBMITS_IN_PROGRESS must be 0 (derived from the pool size) or more")
+        return self.max_batch_submits_in_progress or max(2, self.pool_size // POOL_SIZE_PER_BATCH_SUBMIT)
 
     def metrics_on_public_listener(self) -> bool:
         return self.metrics_listen is None if self.metrics_public is None else self.metrics_public

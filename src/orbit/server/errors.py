@@ -37,6 +37,21 @@ class DatabaseUnavailable(DomainError):
         self.reason = reason
 
 
+class Overloaded(DatabaseUnavailable):
+    """The node has more work in progress than it can serve soon: refused before anything was
+    done, so the same identity may be sent again (after the hint, here or to another node). A
+    kind of `DatabaseUnavailable` (the same UNAVAILABLE, as quiet in the logs), not an outage."""
+
+    def __init__(self, reason: str = "", *, retry_after_ms: int = 1000) -> None:
+        DomainError.__init__(self, "UNAVAILABLE", "the node is overloaded; retry with the same identity",
+                             retry_after_ms=retry_after_ms)
+        self.reason = reason
+
+
+def overloaded(reason: str = "") -> Overloaded:
+    return Overloaded(reason)
+
+
 class ValueRefused(DomainError):
     """The database refused a value of the request (a character, a length, a number or a date it
     cannot hold or compare): the request is at fault, not the service, so it is never retryable."""

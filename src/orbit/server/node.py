@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from .batching import KeyedBatcher
 from .config import Settings
+from .overload import WAIT_BUDGET_S, Slots
 from .services import tasks as task_service
 from .services.dispatch import Unparker
-from .services.metrics import NodeMetrics
+from .services.metrics import Load, NodeMetrics
 from .services.events import Sequencer
 from .services.auth import TokenCache
 from .store import migrate
@@ -23,6 +24,7 @@ from .wakeups import Wakeups
 from .ws.hub import WorkerHub
 
 SCHEMA_CHECK_SECONDS = 5.0
+WAITING_PER_SLOT = 4
 
 
 @dataclass
@@ -36,6 +38,8 @@ class Node:
     unparker: Unparker = field(init=False)
     metrics: NodeMetrics = field(init=False)
     sequencer: Sequencer = field(init=False)
+    admission: Slots = field(init=False)
+    batch_submits: Slots = field(init=False)
     draining: bool = False
     schema_head: str = field(default_factory=migrate.head_revision)
     _schema_checked_at: float = 0.0
@@ -43,15 +47,32 @@ class Node:
 
     def __post_init__(self) -> None:
         db = self.db
+        # HTTP requests in progress are bounded: beyond the limit and a short wait, 503 UNAVAILABLE.
+        limit = self.settings.requests_in_progress_limit()
+        # Requests beyond it wait (at most `admission_wait_ms`), up to WAITING_PER_SLOT per slot: a
+        # client that resends at once whatever it hears is slowed down by the wait, not served refusals
+        # as fast as it can send (they would take the CPU the admitted requests need).
+        self.admission = Slots(limit, self.settings.admission_wait_ms / 1000, max_waiting=limit * WAITING_PER_SLOT)
+        # Of those, batch submits (up to 500 tasks each): a few at once, the others wait their turn
+        # within their request's budget. More at once only lengthens each one's transaction.
+        self.batch_submits = Slots(self.settings.batch_submits_limit(), WAIT_BUDGET_S, max_waiting=limit)
         # Single submits of one queue that arrive together share a transaction.
         self.submits = KeyedBatcher("submit", lambda group: task_service.submit_group(db, group), max_batch=100)
         # Tasks parked on a resource key come back as soon as a transaction here frees a permit of it.
         self.unparker = Unparker(db)
         db.on_keys_freed = self.unparker.freed
-        self.metrics = NodeMetrics(db, lambda: len(self.hub.sessions), self.settings.metrics_ttl_seconds)
+        self.metrics = NodeMetrics(db, lambda: len(self.hub.sessions), self.settings.metrics_ttl_seconds, self.load)
         # Events this node's transactions wrote are numbered right after they commit.
         self.sequencer = Sequencer(db)
         db.on_events_written = self.sequencer.written
+
+    def load(self) -> Load:
+        """What /metrics reports of this node's admission and of what it shed."""
+        a = self.admission
+        shed = {"admission": a.refused, "batch_submit": self.batch_submits.refused, "connection": self.db.overloaded}
+        for batcher in (self.submits, self.hub.claims, self.hub.starts, self.hub.renews, self.hub.completes):
+            shed[batcher.name] = batcher.shed
+        return Load(a.taken, a.waiting, a.limit, shed)
 
     async def unpark(self) -> None:
         for queue_id, n in (await self.unparker.run_once()).items():

@@ -107,6 +107,7 @@ class Call:
     has already seen (`trust_cache`), saving a lookup. If such a request fails before its
     transaction could check, the token is confirmed first, so that a revoked token hears
     401 whatever else is wrong with the request; a token found revoked leaves the cache.
+    An UNAVAILABLE refusal is the exception: it changed nothing, and the retry will hear 401.
     """
 
     def __init__(self, request: Request, *, trust_cache: bool = False) -> None:
@@ -126,7 +127,9 @@ class Call:
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        if self.verified or not isinstance(exc, DomainError):
+        # UNAVAILABLE (overloaded, or no database) changed nothing and says nothing of the token:
+        # confirming it would only add a read where the node or the database is short of time.
+        if self.verified or not isinstance(exc, DomainError) or exc.code == "UNAVAILABLE":
             return False
         key = TokenCache.key(self._header)
         if exc.code == "UNAUTHENTICATED":

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from ...models import EventPage
 from ..services import events as svc
+from .admission import WaitingWithoutSlot
 from .common import Call, authorized
 from .openapi import Envelope, error_responses
 from .params import EventTypes, Flag, Limit, Seq, number
@@ -32,5 +33,7 @@ async def list_events(
                                 "(a live view's first page); `next_after` follows on from there")] = False,
 ):
     who = call.who
-    return call.answer(await svc.read_events(call.db, who, call.node.sequencer, after=int(after), limit=limit,
+    # A long poll holds no admission slot while it waits for events.
+    waiter = WaitingWithoutSlot(call.request, call.node.admission, call.node.sequencer)
+    return call.answer(await svc.read_events(call.db, who, waiter, after=int(after), limit=limit,
                                              wait_ms=wait_ms, types=type, tail=tail))

@@ -24,6 +24,7 @@ from ..core.tracing import parse_traceparent
 from ..services import live
 from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest
+from .admission import holding
 from .common import Call, authorized, decode_cursor
 from .openapi import Envelope, body_spec, error_responses
 from .params import Cursor, Id, Limit, Stamp, State
@@ -69,7 +70,9 @@ async def submit_task(request: Request, queue_id: str):
     summary="Submit up to 500 tasks in one transaction",
 )
 async def submit_batch(request: Request, queue_id: str):
-    async with Call(request) as call:
+    # A batch is up to 500 submits' work: the node runs only a few at once (`node.batch_submits`),
+    # from reading the body to the commit; the others wait their turn within the request's budget.
+    async with Call(request) as call, holding(call.node.batch_submits):
         who = call.require("tasks:submit", queue_id=queue_id)
         raw, req = await call.body(BatchSubmitRequest)
         limit = call.node.settings.max_payload_bytes

@@ -18,7 +18,7 @@ import asyncio
 import re
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -116,6 +116,13 @@ class Sequencer:
 # ---------------------------------------------------------------- the feed
 
 
+class Waiter(Protocol):
+    """What a long poll waits on between reads: the `Sequencer` (woken when it numbers events of
+    the namespace), or a wrapper of it."""
+
+    async def wait(self, namespace_id: str, timeout: float) -> None: ...
+
+
 def parse_types(values: list[str]) -> tuple[list[str], list[str]]:
     """`type=a.b` (repeatable or comma-separated; `schedule.*` for a family): exact types and prefixes."""
     exact: list[str] = []
@@ -155,7 +162,7 @@ def _wanted(type_: str, exact: list[str], prefixes: list[str]) -> bool:
     return (not exact and not prefixes) or type_ in exact or any(type_.startswith(p) for p in prefixes)
 
 
-async def read_events(db: Database, principal: Principal, sequencer: Sequencer | None, *, after: int, limit: int,
+async def read_events(db: Database, principal: Principal, sequencer: Waiter | None, *, after: int, limit: int,
                       wait_ms: int, types: list[str], tail: bool = False) -> dict[str, Any]:
     """Events with `seq > after`, oldest first; waits up to `wait_ms` for one when none is newer.
     A page looks at the next `limit` seqs at most; `next_after` is the cursor to persist: past

@@ -13,17 +13,19 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, ProcessCollector, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
 
 from ..core import states
 from ..core.rate_window import RateWindow
+from ..errors import Overloaded
 from ..store.db import Database
 from ..store.pool_usage import pool_usage
 from ..store.queries import usage as usage_q
@@ -277,7 +279,8 @@ class QueueGauges:
                 lambda tx: tx.rows_multi([usage_q.live_queue_rows(), usage_q.live_state_counts()]))
             self._text = render_queue_gauges(queues, counts)
         except Exception as exc:  # a scrape still reports the process; the queue gauges go missing
-            if self.db.health.available:  # an outage is the database's health's to log, once
+            # An outage is the database's health's to log, once; overload is counted, not logged.
+            if self.db.health.available and not isinstance(exc, Overloaded):
                 log.warning("queue_gauges_unavailable", error=type(exc).__name__)
             self._text = b""
         self._read_at = time.monotonic()
@@ -291,16 +294,42 @@ class QueueGauges:
                                 value=age if self._read_at > float("-inf") else 0.0)
 
 
-class _NodeGauges:
-    """Gauges of this node read at scrape time from memory: worker sessions and pool use."""
+@dataclass
+class Load:
+    """This node's admission figures, read from memory at scrape time."""
 
-    def __init__(self, db: Database, sessions: Callable[[], int]) -> None:
+    in_progress: int = 0  # HTTP requests holding a slot
+    waiting: int = 0  # HTTP requests waiting for one
+    limit: int = 0
+    shed: dict[str, int] = field(default_factory=dict)  # refusals by stage ("admission", a group commit's name, …)
+
+
+class _NodeGauges:
+    """Gauges of this node read at scrape time from memory: worker sessions, pool use, load."""
+
+    def __init__(self, db: Database, sessions: Callable[[], int], load: Callable[[], Load] | None = None) -> None:
         self.db = db
         self.sessions = sessions
+        self.load = load
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         yield GaugeMetricFamily("orbit_worker_sessions", "Worker WebSocket sessions open on this node.",
                                 value=self.sessions())
+        if self.load is not None:
+            load = self.load()
+            yield GaugeMetricFamily("orbit_http_requests_in_progress", "HTTP requests in progress on this node "
+                                    "(health, readiness, metrics and static files aside).", value=load.in_progress)
+            yield GaugeMetricFamily("orbit_http_requests_waiting", "HTTP requests waiting for a slot.",
+                                    value=load.waiting)
+            yield GaugeMetricFamily("orbit_http_requests_in_progress_limit", "HTTP requests in progress at most.",
+                                    value=load.limit)
+            shed = CounterMetricFamily("orbit_requests_shed", "Requests and worker commands refused 503/UNAVAILABLE "
+                                       "because this node was overloaded: at admission (HTTP), waiting for a batch "
+                                       "submit's turn, for a database connection, or too long in a group commit "
+                                       "(submit, claim, start, renew, complete).", labels=["stage"])
+            for stage, n in sorted(load.shed.items()):
+                shed.add_metric([stage], n)
+            yield shed
         in_use = GaugeMetricFamily("orbit_db_pool_connections_in_use", "Database connections handed out now.",
                                    labels=["pool"])
         opened = GaugeMetricFamily("orbit_db_pool_connections_open", "Database connections open, in use or idle.",
@@ -318,10 +347,11 @@ class NodeMetrics:
     """What `GET /metrics` serves for one node: the process's counters and histograms, this node's
     sessions and pools, and the per-queue gauges."""
 
-    def __init__(self, db: Database, sessions: Callable[[], int], ttl: float) -> None:
+    def __init__(self, db: Database, sessions: Callable[[], int], ttl: float,
+                 load: Callable[[], Load] | None = None) -> None:
         self.queues = QueueGauges(db, ttl)
         self._node = CollectorRegistry(auto_describe=False)
-        self._node.register(_NodeGauges(db, sessions))
+        self._node.register(_NodeGauges(db, sessions, load))
         self._node.register(self.queues)
 
     async def render(self) -> bytes:

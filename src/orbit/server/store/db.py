@@ -11,16 +11,20 @@ import asyncio
 import contextlib
 import os
 import random
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ..errors import Overloaded
+from ..overload import time_left
 from .dialect import (
     LOCK_WAIT_TIMEOUT,
     MYSQL,
@@ -41,6 +45,7 @@ from .dialect import (
     normalize_url,
 )
 from .health import DatabaseHealth, describe
+from .pool import DriverPool
 from .tx import Stmt, Tx
 
 T = TypeVar("T")
@@ -50,9 +55,13 @@ log = structlog.get_logger("orbit.store")
 # stuck peer, and the client is better served by a prompt 503.
 MAX_LOCK_WAIT_RETRIES = 2
 MAX_ATTEMPTS = 12
-# A connection is waited for this long when the pool has none free; longer means the database
-# is not answering (or the node is hopelessly overloaded): UNAVAILABLE, and a probe decides which.
-ACQUIRE_TIMEOUT_S = 10.0
+# A connection (SQLite: the writer) is waited for this long at most when none is free; longer
+# means the node is overloaded or the database is not answering: UNAVAILABLE, and a probe decides
+# whether it is an outage. Short, so that no request waits much longer than a few seconds.
+ACQUIRE_TIMEOUT_S = 3.0
+# A transaction is not run again after this long since its first attempt began: conflicts that
+# outlast it give up as MAX_ATTEMPTS do (one line, UNAVAILABLE), instead of holding the caller.
+RETRY_BUDGET_S = 5.0
 CONNECT_TIMEOUT_S = 5
 
 
@@ -74,12 +83,13 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 20, echo: bool = False) -> None:
         self.url = normalize_url(url)
         self.dialect = dialect_of(self.url)
-        self._pools: dict[str, Any] = {}
-        self._pool_lock = asyncio.Lock()
+        self._pools: dict[str, DriverPool] = {}
+        self._returned_at = time.monotonic()  # when a pooled connection last came back
+        self.overloaded = 0  # waits for a connection (SQLite: the writer) that ended without one
         self._pool_size = pool_size
         if self.dialect == MYSQL:
             self.engine: AsyncEngine = create_async_engine(
-                self.url, pool_size=4, max_overflow=pool_size, pool_recycle=1800,
+                self.url, pool_size=4, max_overflow=pool_size, pool_recycle=1800, pool_timeout=ACQUIRE_TIMEOUT_S,
                 isolation_level="READ COMMITTED", echo=echo, hide_parameters=True,
             )
 
@@ -96,7 +106,7 @@ class Database:
                                               hide_parameters=True)
             self._install_sqlite(self.engine, immediate=True)
             self.read_engine = create_async_engine(self.url, pool_size=4, max_overflow=4, echo=echo,
-                                                   hide_parameters=True)
+                                                   pool_timeout=ACQUIRE_TIMEOUT_S, hide_parameters=True)
             self._install_sqlite(self.read_engine, immediate=False)
             self._write_lock = asyncio.Lock()
         # Called after a commit with the resource keys that transaction gave permits back to.
@@ -174,7 +184,7 @@ class Database:
                     conn.close()
                 raise
             finally:
-                pool.release(conn)
+                self._release(pool, conn)
 
         return await self._retrying(once)
 
@@ -211,7 +221,7 @@ class Database:
             raise
         finally:
             if conn is not None:
-                pool.release(conn)
+                self._release(pool, conn)
 
     async def any_row(self, stmt: Stmt) -> bool:
         """Whether a read finds a row: periodic jobs ask first and skip their transaction when
@@ -225,13 +235,34 @@ class Database:
             raise self.health.unavailable()
 
         async def once(state: dict[str, bool]) -> T:
-            async with self._write_lock or contextlib.nullcontext(), self.engine.connect() as conn:
+            async with self._writer(), self.engine.connect() as conn:
                 async with conn.begin():
                     result = await fn(Tx(self.dialect, conn=conn))
                     state["committing"] = True
             return result
 
         return await self._retrying(once)
+
+    @contextlib.asynccontextmanager
+    async def _writer(self) -> AsyncIterator[None]:
+        """SQLite's single writer, waited for at most ACQUIRE_TIMEOUT_S, or until the request's
+        waits must end (MySQL: no lock)."""
+        lock = self._write_lock
+        if lock is None:
+            yield
+            return
+        if lock.locked():
+            try:
+                await asyncio.wait_for(lock.acquire(), max(0.0, time_left(ACQUIRE_TIMEOUT_S)))
+            except TimeoutError:
+                self.overloaded += 1
+                raise Overloaded("the writer stayed busy") from None
+        else:
+            await lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     async def core_read(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
         """A read-only transaction on a SQLAlchemy connection (no write lock on SQLite)."""
@@ -242,6 +273,9 @@ class Database:
                 async with self.read_engine.connect() as conn:
                     async with conn.begin():
                         return await fn(Tx(self.dialect, conn=conn))
+            except SQLAlchemyTimeoutError:
+                self.overloaded += 1
+                raise Overloaded("every read connection stayed busy") from None
             except (DBAPIError, OverflowError) as exc:
                 _refused_value(exc)
                 invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
@@ -255,6 +289,7 @@ class Database:
     async def _retrying(self, once: Callable[[dict[str, bool]], Awaitable[T]]) -> T:
         attempt = 0
         lock_waits = 0
+        give_up_at = time.monotonic() + RETRY_BUDGET_S
         while True:
             attempt += 1
             state = {"committing": False}
@@ -270,7 +305,8 @@ class Database:
                     lock_waits += 1
                     if lock_waits > MAX_LOCK_WAIT_RETRIES:
                         raise self._gave_up(exc, attempt) from exc
-                if (stale or is_retryable(exc, self.dialect)) and attempt < MAX_ATTEMPTS:
+                again = attempt < MAX_ATTEMPTS and time.monotonic() < give_up_at
+                if (stale or is_retryable(exc, self.dialect)) and again:
                     await asyncio.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 7))))
                     continue
                 if is_retryable(exc, self.dialect):
@@ -306,13 +342,22 @@ class Database:
 
     # ---------------------------------------------------------------- pools
 
-    @staticmethod
-    async def _acquire(pool: Any) -> Any:
-        """A pooled connection; waiting for one is bounded (the fast path, a free one, is not
-        wrapped: it is every transaction's)."""
-        if pool.freesize:
-            return await pool.acquire()
-        return await asyncio.wait_for(pool.acquire(), ACQUIRE_TIMEOUT_S)
+    async def _acquire(self, pool: DriverPool) -> Any:
+        """A pooled connection, waited for at most ACQUIRE_TIMEOUT_S (less when the request's
+        waits must end sooner: `overload.time_left`). None in time while connections keep coming
+        back is overload (`Overloaded`, no probe); none coming back at all may be a database that
+        stopped answering: reported to the health, whose probe decides."""
+        conn = await pool.acquire(time_left(ACQUIRE_TIMEOUT_S))
+        if conn is None:
+            if time.monotonic() - self._returned_at < ACQUIRE_TIMEOUT_S:
+                self.overloaded += 1
+                raise Overloaded("every database connection stayed busy")
+            raise TimeoutError("no database connection came back in time")
+        return conn
+
+    def _release(self, pool: DriverPool, conn: Any) -> None:
+        self._returned_at = time.monotonic()
+        pool.release(conn)
 
     async def _probe(self) -> None:
         """One `SELECT 1` on a fresh connection, outside the pools: whether the database answers
@@ -339,26 +384,23 @@ class Database:
         if self.dialect == MYSQL:
             await self.engine.dispose()
 
-    async def _driver_pool(self, *, autocommit: bool = False) -> Any:
+    async def _driver_pool(self, *, autocommit: bool = False) -> DriverPool:
         key = "autocommit" if autocommit else "transactional"
-        if key not in self._pools:
-            async with self._pool_lock:
-                if key not in self._pools:
-                    import asyncmy
-                    from asyncmy.constants import CLIENT
+        pool = self._pools.get(key)
+        if pool is None:
+            import asyncmy
+            from asyncmy.constants import CLIENT
 
-                    u = make_url(self.url)
-                    # Multi-statements let a transaction's writes travel in one round trip
-                    # (Tx.defer); every statement is built from `?` placeholders, never from input.
-                    flags = 0 if autocommit else CLIENT.MULTI_STATEMENTS
-                    self._pools[key] = await asyncmy.create_pool(
-                        client_flag=flags,
-                        host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
-                        password=u.password or "", db=u.database, charset="utf8mb4", autocommit=autocommit,
-                        minsize=1, maxsize=self._pool_size * 2, pool_recycle=1800,
-                        connect_timeout=CONNECT_TIMEOUT_S,
-                    )
-        return self._pools[key]
+            u = make_url(self.url)
+            # Multi-statements let a transaction's writes travel in one round trip
+            # (Tx.defer); every statement is built from `?` placeholders, never from input.
+            flags = 0 if autocommit else CLIENT.MULTI_STATEMENTS
+            params = dict(client_flag=flags, host=u.host or "127.0.0.1", port=u.port or 3306,
+                          user=u.username or "root", password=u.password or "", db=u.database, charset="utf8mb4",
+                          autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
+            pool = self._pools[key] = DriverPool(lambda: asyncmy.connect(**params), maxsize=self._pool_size * 2,
+                                                 recycle_s=1800)
+        return pool
 
     @staticmethod
     async def _prepare_driver_conn(conn: Any) -> None:
@@ -378,8 +420,13 @@ class Database:
         conn._orbit_ready = True
 
     async def ping(self) -> bool:
+        """Whether the database answers. A node too busy to get a connection in time says yes:
+        its connections keep coming back, and readiness is not the place to shed load (a balancer
+        that took overloaded nodes out would only overload the others)."""
         try:
             await self.read(lambda tx: tx.rows(Stmt("SELECT 1 AS one")))
+            return True
+        except Overloaded:
             return True
         except Exception:
             return False
