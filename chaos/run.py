@@ -449,8 +449,13 @@ class Run:
             self._say(f"load stopped: {self.producers.sent} keys sent, {len(self.producers.pending)} unanswered")
             await asyncio.gather(*producers, fault_task, recounts)
             await self.heal()
-            for key in list(self.producers.pending):
-                await self.submit_one(client, key, time.monotonic() + 60)
+            gate = asyncio.Semaphore(32)
+
+            async def resend(key: str) -> None:
+                async with gate:
+                    await self.submit_one(client, key, time.monotonic() + 120)
+
+            await asyncio.gather(*(resend(k) for k in list(self.producers.pending)))
         self._say(f"all answered: {len(self.producers.accepted)} accepted, {len(self.producers.refused)} refused, "
                   f"{len(self.producers.pending)} unanswered; settling")
         states = await self.settle()
