@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta, timezone
 from typing import Any
 
@@ -370,3 +371,31 @@ async def test_body_over_the_request_limit_is_413(tenant):
     body = b'{"payload": "' + b"x" * (1024 * 1024) + b'"}'
     assert_error(await post_raw(tenant, tasks_path(q), body, key=tenant.key()), 413, "PAYLOAD_TOO_LARGE")
     assert await snapshot(tenant, q["id"]) == before
+
+
+async def test_submits_too_large_to_commit_together_are_each_accepted(tenant, app, monkeypatch):
+    """Single submits that arrive together share a transaction; when together they exceed what
+    one round trip to the database may carry (MariaDB's max_allowed_packet, 16 MiB by default),
+    each is admitted on its own instead of all failing."""
+    from orbit.server.services import tasks as task_service
+
+    n = 80
+    batcher = app.state.node.submits
+    groups: list[int] = []
+    original = task_service.submit_group
+
+    async def submit_group(db, group):
+        if not groups:  # the first holds the queue's turn until the others wait behind it
+            for _ in range(500):
+                if sum(len(waiting) for waiting in batcher._pending.values()) >= n:
+                    break
+                await asyncio.sleep(0.01)
+        groups.append(len(group))
+        return await original(db, group)
+
+    monkeypatch.setattr(task_service, "submit_group", submit_group)
+    q = await tenant.create_queue(max_unfinished_tasks=1000)
+    bodies = [{"payload": {"i": i, "data": "p" * (PAYLOAD_LIMIT - 100)}} for i in range(n)]
+    replies = await asyncio.gather(*(tenant.post(tasks_path(q), b) for b in bodies))
+    assert [r.status_code for r in replies] == [201] * n, {r.status_code: r.text[:200] for r in replies}
+    assert max(groups) * (PAYLOAD_LIMIT - 100) > 16_000_000, groups  # they did meet in one group

@@ -3,6 +3,11 @@
 Commands that meet on the same hot rows gain nothing from running in parallel
 transactions: they queue on the row lock, each paying a commit while holding
 it. Batched, they pay one lock wait and one commit between them.
+
+A group's transaction is all or nothing, so one command the database refuses (a
+value it cannot store, a group too large for one round trip) or that meets a bug
+would fail the others with it. A group that fails for any reason but an outage is
+therefore run again one command per transaction: each then gets its own answer.
 """
 
 from __future__ import annotations
@@ -56,6 +61,29 @@ def _refuse_late(queue: list[tuple[C, asyncio.Future, float]], refuse: Callable[
 def _run_by(batch: list[tuple[C, asyncio.Future, float]]) -> contextlib.AbstractContextManager[None]:
     """Within this block the batch's waits (for a connection) end when its first command's must."""
     return waits_until(min(due for _, _, due in batch))
+
+
+async def run_group(name: str, run: Callable[[list[C]], Awaitable[list[Any]]],
+                    batch: list[tuple[C, asyncio.Future]], failed: str) -> None:
+    """Run `batch` as one transaction and answer each command's future; if it fails but for an
+    outage, run each command alone, so that only the commands at fault fail."""
+    try:
+        replies = await run([c for c, _ in batch])
+    except Exception as exc:
+        raise_if_cancelled(exc)
+        if not isinstance(exc, DatabaseUnavailable):  # the database's health reports outages, once
+            log.warning(failed, kind=name, size=len(batch), error=type(exc).__name__)
+        if len(batch) == 1 or isinstance(exc, DatabaseUnavailable):
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for one in batch:
+            await run_group(name, run, [one], failed)
+        return
+    for (_, fut), reply in zip(batch, replies):
+        if not fut.done():
+            fut.set_result(reply)
 
 
 class GroupCommitter(Generic[C]):
@@ -126,17 +154,11 @@ class GroupCommitter(Generic[C]):
             if not batch:
                 return
             with _run_by(batch):
-                replies = await self._run([c for c, _, _ in batch])
-            for (_, fut, _), reply in zip(batch, replies):
-                if not fut.done():
-                    fut.set_result(reply)
-        except Exception as exc:
-            if not isinstance(exc, DatabaseUnavailable):  # the database's health reports outages, once
-                log.warning("group_commit_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
+                await run_group(self.name, self._run, [(c, fut) for c, fut, _ in batch], "group_commit_failed")
+        finally:
             for _, fut, _ in batch:
                 if not fut.done():
-                    fut.set_exception(exc)
-        finally:
+                    fut.cancel()  # the node is stopping
             self._in_flight -= 1
             self._slots.release()
 
@@ -194,20 +216,8 @@ class KeyedBatcher(Generic[C, R]):
                         break
                     n += 1
                 batch, queue[:] = queue[:n], queue[n:]
-                try:
-                    with _run_by(batch):
-                        replies = await self._run([c for c, _, _ in batch])
-                except Exception as exc:
-                    raise_if_cancelled(exc)
-                    if not isinstance(exc, DatabaseUnavailable):
-                        log.warning("batch_failed", kind=self.name, size=len(batch), error=type(exc).__name__)
-                    for _, fut, _ in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                for (_, fut, _), reply in zip(batch, replies):
-                    if not fut.done():
-                        fut.set_result(reply)
+                with _run_by(batch):
+                    await run_group(self.name, self._run, [(c, fut) for c, fut, _ in batch], "batch_failed")
         finally:
             del self._pending[key]
             for _, fut, _ in batch + queue:

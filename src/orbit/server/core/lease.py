@@ -21,6 +21,9 @@ DEFAULT_LEASE_MS = 30_000
 MAX_LEASE_MS = 600_000
 HEARTBEAT_MS = 10_000
 MAX_LATE_REPORTS = 20
+# The late evidence a lease keeps with results, encoded: a column holds at most 16 MiB and one
+# statement may carry as much, while a report's result alone may take up to a frame (1 MiB).
+MAX_LATE_REPORT_BYTES = 1024 * 1024
 
 
 class Refusal(NamedTuple):
@@ -34,6 +37,18 @@ class Refusal(NamedTuple):
 def is_current(state: str, expires_at: datetime, now: datetime) -> bool:
     """A lease still gives its holder the task: not ended and not expired."""
     return state in (LEASED, RUNNING) and expires_at > now
+
+
+def keeps_late_report(count: int) -> bool:
+    """Whether a lease keeps `count` late reports; later ones are answered, not stored."""
+    return count <= MAX_LATE_REPORTS
+
+
+def keeps_late_result(encoded_bytes: int) -> bool:
+    """Whether a late report keeps its result: the lease's late evidence with it stays within
+    MAX_LATE_REPORT_BYTES once encoded. Without its result a report is small (its error message
+    is at most 4096 characters), so the count alone bounds the rest."""
+    return encoded_bytes <= MAX_LATE_REPORT_BYTES
 
 
 def not_current(outcome: str | None) -> Refusal:

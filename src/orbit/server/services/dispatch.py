@@ -24,7 +24,7 @@ import orjson
 from ..core import lease as rules
 from ..core import states
 from ..core.ids import new_id
-from ..core.lease import DEFAULT_LEASE_MS, ENDED, HEARTBEAT_MS, LEASED, MAX_LATE_REPORTS, MAX_LEASE_MS, RUNNING
+from ..core.lease import DEFAULT_LEASE_MS, ENDED, HEARTBEAT_MS, LEASED, MAX_LEASE_MS, RUNNING
 from ..core import dispatch_order as fair
 from ..core.dispatch_order import KeyRoom, choose, in_dispatch_order
 from ..core.limits import QueueLimits, count_starts, grant_size, grant_still_fits
@@ -1003,12 +1003,17 @@ async def complete(db: Database, commands: list[CompleteCommand]) -> list[Result
 
 
 def _keep_late_report(w: _Writes, lease: dict[str, Any], c: CompleteCommand, now: datetime) -> None:
+    """Store a late report as evidence on its lease, within the lease's bounds for it: with its
+    result while they fit, else without it (`result_omitted`)."""
     late = orjson.loads(lease["late_reports"]) if lease["late_reports"] else []
-    if len(late) < MAX_LATE_REPORTS:
-        late.append({"msg_id": c.msg_id, "outcome": c.outcome, "received_at": format_ts(now),
-                     "error": c.error_message, "result": c.result})
-        lease["late_reports"] = orjson.dumps(late).decode()
-        w.lease(lease["id"], late_reports=lease["late_reports"])
+    if not rules.keeps_late_report(len(late) + 1):
+        return
+    report = {"msg_id": c.msg_id, "outcome": c.outcome, "received_at": format_ts(now), "error": c.error_message}
+    encoded = orjson.dumps([*late, {**report, "result": c.result}])
+    if not rules.keeps_late_result(len(encoded)):
+        encoded = orjson.dumps([*late, {**report, "result_omitted": True}])
+    lease["late_reports"] = encoded.decode()
+    w.lease(lease["id"], late_reports=lease["late_reports"])
 
 
 def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: CompleteCommand,

@@ -30,6 +30,7 @@ from .dialect import (
     MYSQL,
     MYSQL_SESSION,
     MYSQL_SESSION_OPTIONAL,
+    PACKET_TOO_LARGE,
     SQLITE_PRAGMAS,
     DatabaseUnavailable,
     PlanNoLongerHolds,
@@ -212,8 +213,8 @@ class Database:
             return await fn(Tx(MYSQL, driver=conn))
         except Exception as exc:
             lost = is_connection_lost(exc) or isinstance(exc, OSError)
-            if lost and conn is not None:
-                conn.close()
+            if (lost or mysql_error_code(exc) == PACKET_TOO_LARGE) and conn is not None:
+                conn.close()  # the server dropped it
             self._unreachable(exc)
             _refused_value(exc)
             if lost or is_unavailable(exc):

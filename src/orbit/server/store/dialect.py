@@ -28,10 +28,15 @@ SERVER_UNAVAILABLE = frozenset({
     1135, 1152, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1180, 1181, 1184, 1194, 1195, 1203,
     1205, 1213, 1226, 1290, 1317, 1792, 1836, 1927, 1969, 3024, 4031,
 })
+# A statement larger than the server's max_allowed_packet: refused before it ran (the server
+# then drops the connection). Its values are too large to send, not the server unavailable.
+PACKET_TOO_LARGE = 1153
 # The server refused a value (a character its column cannot hold, too long, out of range, a bad
-# date, an illegal mix of collations in a comparison): the request carried a value validation
-# should have refused. Never an outage: INVALID_ARGUMENT. SQLSTATE class 22 is data errors too.
-DATA_ERRORS = frozenset({1264, 1265, 1266, 1267, 1270, 1271, 1292, 1300, 1366, 1367, 1406, 1411, 1690, 3140})
+# date, an illegal mix of collations in a comparison, more than one statement may carry): the
+# request carried a value validation should have refused. Never an outage: INVALID_ARGUMENT.
+# SQLSTATE class 22 is data errors too.
+DATA_ERRORS = frozenset({1264, 1265, 1266, 1267, 1270, 1271, 1292, 1300, 1366, 1367, 1406, 1411, 1690, 3140,
+                         PACKET_TOO_LARGE})
 # SQLite's refusals that mean the file cannot be served now, as opposed to a statement it refused.
 _SQLITE_UNAVAILABLE = ("database is locked", "database is busy", "unable to open database", "disk i/o error",
                        "database or disk is full", "readonly database", "database disk image is malformed")

@@ -80,6 +80,17 @@ def _unavailable(retry_after_ms: int = 1000) -> DomainError:
                        retry_after_ms=retry_after_ms)
 
 
+def _failed(exc: BaseException, session_id: str, kind: str) -> DomainError:
+    """A command that raised: a refusal is its answer (a value the database refused included:
+    INVALID_ARGUMENT, never to be resent); only an outage, or a bug, is UNAVAILABLE."""
+    if isinstance(exc, DatabaseUnavailable):  # its retry_after_ms grows with an outage
+        return _unavailable(exc.retry_after_ms or 1000)
+    if isinstance(exc, DomainError):
+        return exc
+    log.error("frame_failed", session_id=session_id, type=kind, exc_info=exc)
+    return _unavailable()
+
+
 def reply_frame(msg_id: str, result: dispatch.Result) -> dict[str, Any]:
     """The one place a command's result becomes its reply frame."""
     if isinstance(result, DomainError):
@@ -313,9 +324,7 @@ class WorkerSession:
             if kind == "complete" or kind == "release":
                 self._freed(lease_id, result)
         else:
-            if not isinstance(exc, DatabaseUnavailable):
-                log.error("frame_failed", session_id=self.session_id, type=kind, exc_info=exc)
-            result = _unavailable(getattr(exc, "retry_after_ms", None) or 1000)
+            result = _failed(exc, self.session_id, kind)
         self._answer(msg_id, result)
         if self._log_frames:
             self._log_frame(msg_id, kind, result, started)
@@ -324,15 +333,10 @@ class WorkerSession:
         started = time.perf_counter()
         try:
             result = await self._handlers[kind](frame, msg_id)
-        except DatabaseUnavailable as exc:  # its retry_after_ms grows with an outage
-            result = _unavailable(exc.retry_after_ms or 1000)
-        except DomainError as exc:
-            result = exc
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("frame_failed", session_id=self.session_id, type=kind)
-            result = _unavailable()
+        except Exception as exc:
+            result = _failed(exc, self.session_id, kind)
         await self.send(reply_frame(msg_id, result))
         if self._log_frames:
             self._log_frame(msg_id, kind, result, started)
