@@ -377,8 +377,13 @@ async def test_submits_too_large_to_commit_together_are_each_accepted(tenant, ap
     """Single submits that arrive together share a transaction; when together they exceed what
     one round trip to the database may carry (MariaDB's max_allowed_packet, 16 MiB by default),
     each is admitted on its own instead of all failing."""
+    from orbit.server import batching
+    from orbit.server.http import admission
     from orbit.server.services import tasks as task_service
 
+    # Not an overload test: the submits held back on purpose must not be shed meanwhile.
+    monkeypatch.setattr(batching, "MAX_QUEUED_S", 120.0)
+    monkeypatch.setattr(admission, "WAIT_BUDGET_S", 120.0)
     n = 80
     batcher = app.state.node.submits
     groups: list[int] = []
