@@ -426,6 +426,30 @@ async def test_claims_of_several_queues_share_a_transaction_and_each_queue_keeps
     assert (await usage(tenant, one_permit["id"]))["permits_in_use"] == 1
 
 
+async def test_a_claim_resent_into_its_own_transaction_is_answered_as_a_replay(tenant):
+    """A claim and its resend (the same message id) served by one transaction: the resend gets
+    the same leases, as a replay would, and nothing is leased twice. (Both used to be granted
+    tasks, and their two receipts under one key refused the transaction until it gave up:
+    UNAVAILABLE to every claim of the group.)"""
+    from orbit.server.core.ids import new_id
+    from orbit.server.services.auth import authenticate
+
+    who = dispatch.WorkerIdentity(await authenticate(tenant.db, f"Bearer {tenant.token}"), new_id(), "w", "n")
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    other = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    await submit(tenant, q["id"], 4)
+    [other_task] = await submit(tenant, other["id"], 1)
+    commands = [dispatch.ClaimCommand(who, q["id"], 2, 30000, "same"),
+                dispatch.ClaimCommand(who, other["id"], 1, 30000, "another"),
+                dispatch.ClaimCommand(who, q["id"], 2, 30000, "same")]
+    first, another, resent = await dispatch.claim_many(tenant.db, commands)
+    assert len(first["tasks"]) == 2 and resent == first
+    assert [t["task_id"] for t in another["tasks"]] == [other_task]
+    assert (await usage(tenant, q["id"]))["permits_in_use"] == 2
+    (replayed,) = await dispatch.claim_many(tenant.db, commands[:1])
+    assert [t["lease_id"] for t in replayed["tasks"]] == [t["lease_id"] for t in first["tasks"]]
+
+
 async def test_a_resent_claim_answers_the_original_leases_after_they_changed(tenant, base):
     """Claim receipts keep the lease ids and length; the leases are read back from the lease
     and task rows, as they were granted, whatever happened to them since."""

@@ -62,6 +62,7 @@ async def test_a_notification_nobody_heard_is_kept_once_for_the_next_claim() -> 
 
 async def test_timed_out_and_cancelled_waits_leave_no_entry_behind() -> None:
     n = Notifier()
+    n.watch("q")
     await n.wait("q", 0.01)
     (t,) = await _waiters(n, "q", [5])
     t.cancel()
@@ -81,3 +82,23 @@ async def test_queues_nobody_polls_here_keep_nothing() -> None:
     n.watch("q1")
     await n.wait("q1", 0.05)  # a first claim waits: it read after those submits committed
     assert loop.time() - t0 >= 0.04
+
+
+async def test_claims_answered_leave_nothing_behind() -> None:
+    """A queue is kept for only while a claim here polls it: claims on ever new queue ids (which
+    need not exist) leave no entry, and neither do the notifications they missed."""
+    n = Notifier()
+    for i in range(1000):
+        n.watch(f"q{i}")
+        n.notify(f"q{i}", 1)
+        await n.wait(f"q{i}", 0.001)
+        n.notify(f"q{i}", 1)
+        n.unwatch(f"q{i}")
+    assert not n._polled and not n._missed and n.queues() == []
+    n.watch("q")
+    n.watch("q")
+    n.unwatch("q")
+    n.notify("q", 1)  # one claim still polls it: kept
+    assert n._missed == {"q"}
+    n.unwatch("q")
+    assert not n._polled and not n._missed

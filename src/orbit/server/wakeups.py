@@ -24,9 +24,10 @@ class Notifier:
     def __init__(self) -> None:
         self._waiters: dict[str, deque[tuple[asyncio.Future, int]]] = {}
         self._missed: set[str] = set()
-        # Queues long-polled by some claim on this node: only their missed notifications are
-        # kept, so that submits to queues no worker here polls leave nothing behind.
-        self._polled: set[str] = set()
+        # Queues long-polled now by claims on this node, and how many: only their missed
+        # notifications are kept, so that submits to queues no worker here polls leave nothing
+        # behind, and neither do claims on queue ids that do not exist.
+        self._polled: dict[str, int] = {}
 
     def notify(self, queue_id: str, count: int | None = None) -> None:
         """`count` tasks or permits may be claimable in `queue_id` (None: unknown, wake every claim)."""
@@ -45,12 +46,22 @@ class Notifier:
             self._missed.add(queue_id)
 
     def watch(self, queue_id: str) -> None:
-        """A claim on `queue_id` is about to read: from now on, a notification nobody hears is kept."""
-        self._polled.add(queue_id)
+        """A claim on `queue_id` is about to read and may then wait: until its `unwatch`, a
+        notification nobody hears is kept."""
+        self._polled[queue_id] = self._polled.get(queue_id, 0) + 1
+
+    def unwatch(self, queue_id: str) -> None:
+        """That claim is answered; once no claim here polls the queue, nothing is kept for it."""
+        left = self._polled.get(queue_id, 0) - 1
+        if left > 0:
+            self._polled[queue_id] = left
+        else:
+            self._polled.pop(queue_id, None)
+            self._missed.discard(queue_id)
 
     async def wait(self, queue_id: str, timeout: float, want: int = 1) -> None:
-        """Until a notification for `queue_id` names this claim, or `timeout` seconds."""
-        self._polled.add(queue_id)
+        """Until a notification for `queue_id` names this claim, or `timeout` seconds (between
+        the claim's `watch` and `unwatch`)."""
         if queue_id in self._missed:
             self._missed.discard(queue_id)
             return

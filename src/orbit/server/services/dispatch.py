@@ -144,8 +144,21 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[Result]
     A candidate whose resource key has no free permit is parked on it (taken out of
     the claimable part of the dispatch index) and the candidates behind it are
     served; a claim reads further, a bounded number of rows, only while it parks.
+
+    A claim resent while it waits for its transaction (the same credential and message id)
+    is served once and both get its answer, as a replay would.
     """
-    return await db.lock_last(lambda tx, optimistic: _claim_body(tx, commands, optimistic=optimistic))
+    unique: list[ClaimCommand] = []
+    slot: dict[tuple[str, str], int] = {}
+    served = []
+    for c in commands:
+        key = (c.who.principal.credential_id, c.msg_id)
+        if key not in slot:
+            slot[key] = len(unique)
+            unique.append(c)
+        served.append(slot[key])
+    replies = await db.lock_last(lambda tx, optimistic: _claim_body(tx, unique, optimistic=optimistic))
+    return [replies[i] for i in served]
 
 
 async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[Result]:

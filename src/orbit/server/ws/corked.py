@@ -82,6 +82,22 @@ def websocket_protocol() -> Any:
             if scope is not None:
                 scope["extensions"][SEND_TEXT_NOW] = self.send_text_now
 
+        def send_receive_event_to_app(self) -> None:
+            """A text message that is not UTF-8 closes the socket with 1008, as any frame that is
+            not JSON text does (the session's rule), and quietly: uvicorn would close it with
+            1007 and a traceback at error level, which any client could then write at will."""
+            if self.curr_msg_data_type == "text" and not self.close_sent:
+                data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+                if not data.isascii():
+                    try:
+                        data.decode()
+                    except UnicodeDecodeError:
+                        self.frames = []
+                        self.conn.send_close(1008, "frames must be UTF-8 JSON text")
+                        self.handle_parser_exception()
+                        return
+            super().send_receive_event_to_app()
+
         def send_text_now(self, text: str) -> bool:
             """Write one text frame if the accepted connection is open and writable; False when
             the caller must use the ASGI send (which waits for the socket to drain)."""

@@ -70,6 +70,12 @@ def _check_storable(result: Any) -> None:
         raise _invalid("result: nested too deeply to store (at most 250 levels)") from None
 
 
+def _too_large(raw: str) -> bool:
+    """Whether a text frame is over the limit in bytes (a character may take four of them);
+    encoded only when its length in characters leaves any doubt."""
+    return len(raw) > MAX_FRAME_BYTES or (len(raw) > MAX_FRAME_BYTES // 4 and len(raw.encode()) > MAX_FRAME_BYTES)
+
+
 def _debug_enabled() -> bool:
     """Whether per-frame debug lines would be written: checked once per session, not per frame."""
     return logging.getLogger("orbit.ws").isEnabledFor(logging.DEBUG)
@@ -236,7 +242,7 @@ class WorkerSession:
                 if not isinstance(raw, str):  # a binary frame
                     await self.close(1008, "frames must be JSON text")
                     break
-                if len(raw) > MAX_FRAME_BYTES:
+                if _too_large(raw):
                     await self.close(1008, f"frame too large (at most {MAX_FRAME_BYTES} bytes)")
                     break
                 try:
@@ -397,24 +403,31 @@ class WorkerSession:
         max_tasks = _int(frame, "max_tasks", 1, 100, 1)
         lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
         wait_ms = _int(frame, "wait_ms", 0, 30_000, 0)
-        assert self.identity is not None
+        if not wait_ms:
+            return await self._claim(queue_id, max_tasks, lease_ms, msg_id)
         deadline = time.monotonic() + wait_ms / 1000
-        if wait_ms:
-            self.hub.notifier.watch(queue_id)
-        while True:
-            if self.hub.draining or self._closed:
-                return {"tasks": []}
-            reply = await self.hub.claims.submit(
-                self._claim_group, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
-            if isinstance(reply, DomainError):
-                return reply
-            if reply["tasks"]:
-                self._remember(reply["tasks"])
-                return reply
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return reply
-            await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks)
+        self.hub.notifier.watch(queue_id)
+        try:
+            while True:
+                reply = await self._claim(queue_id, max_tasks, lease_ms, msg_id)
+                remaining = deadline - time.monotonic()
+                if (isinstance(reply, DomainError) or reply["tasks"] or remaining <= 0 or self.hub.draining
+                        or self._closed):
+                    return reply
+                await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks)
+        finally:
+            self.hub.notifier.unwatch(queue_id)
+
+    async def _claim(self, queue_id: str, max_tasks: int, lease_ms: int, msg_id: str) -> dispatch.Result:
+        """One claim transaction (shared with the claims of the application's other sessions)."""
+        assert self.identity is not None
+        if self.hub.draining or self._closed:
+            return {"tasks": []}
+        reply = await self.hub.claims.submit(
+            self._claim_group, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
+        if not isinstance(reply, DomainError) and reply["tasks"]:
+            self._remember(reply["tasks"])
+        return reply
 
     # Grouped commands: each returns the future of its reply and the lease it is about.
 
