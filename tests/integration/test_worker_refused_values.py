@@ -9,6 +9,7 @@ import contextlib
 
 import pytest
 
+from orbit.server import batching
 from orbit.server.app import create_app
 from orbit.server.config import Settings
 from orbit.server.errors import ValueRefused
@@ -18,6 +19,12 @@ from .test_worker_protocol import submit, task
 from .worker_client import Worker, serve
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _no_shedding(monkeypatch):
+    """Commands are held back on purpose to meet in one group: not shed for waiting meanwhile."""
+    monkeypatch.setattr(batching, "MAX_QUEUED_S", 120.0)
 
 POISON = {"refused": "by the database"}
 MIB = 1024 * 1024
