@@ -92,7 +92,7 @@ def test_sigterm_under_load_drains_and_loses_nothing(cluster, tenant, mariadb_ur
     assert a.terminate() == 0, a.describe()
 
 
-def _run_server(database_url: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess, int]:
+def _run_server(database_url: str, timeout: float = 30, *extra: str) -> tuple[subprocess.CompletedProcess, int]:
     port = free_port()
     r = subprocess.run(
         [
@@ -104,6 +104,7 @@ def _run_server(database_url: str, timeout: float = 30) -> tuple[subprocess.Comp
             str(port),
             "--node-id",
             "stale",
+            *extra,
         ],
         check=False,
         capture_output=True,
@@ -132,9 +133,10 @@ def test_server_refuses_a_database_with_pending_migrations(mariadb_url):
 
 def test_server_refuses_an_unreachable_database():
     url = f"mysql://root@127.0.0.1:{free_port()}/nowhere"  # nothing listens there
-    r, _ = _run_server(url)
+    r, _ = _run_server(url, 30, "--database-wait", "2")  # waited for a while, then refused
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert "orbit:" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "waiting up to 2s" in r.stderr and "cannot read the schema version" in r.stderr, r.stderr
 
 
 def test_server_starts_once_the_database_is_migrated(cluster_factory, mariadb_url):
