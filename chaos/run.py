@@ -28,7 +28,6 @@ import shutil
 import signal
 import sys
 import time
-import uuid
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
