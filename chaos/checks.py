@@ -11,14 +11,15 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
+
+from tests.support.history import max_overlap, rate_windows
 
 UNFINISHED = frozenset({"WAITING", "LEASED", "RUNNING", "NEEDS_REVIEW"})
 SETTLED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW"})
 ACTIVE = frozenset({"LEASED", "RUNNING"})
 FAR = datetime(9999, 1, 1)
-WINDOW = timedelta(seconds=1)
 
 
 @dataclass
@@ -182,32 +183,6 @@ def check_executions(h: History) -> list[str]:
 
 
 # ------------------------------------------------------------------ limits
-
-
-def max_overlap(intervals: Iterable[tuple[datetime, datetime]]) -> int:
-    """The most [start, end) intervals open at one instant."""
-    events = []
-    for a, b in intervals:
-        events.append((a, 1))
-        events.append((b, -1))
-    events.sort(key=lambda e: (e[0], e[1]))
-    cur = best = 0
-    for _, d in events:
-        cur += d
-        best = max(best, cur)
-    return best
-
-
-def rate_windows(starts: Iterable[datetime]) -> list[int]:
-    """Starts per rebuilt window: the first Start opens one, it lasts one second."""
-    counts: list[int] = []
-    window_start: datetime | None = None
-    for t in sorted(starts):
-        if window_start is None or t >= window_start + WINDOW:
-            window_start = t
-            counts.append(0)
-        counts[-1] += 1
-    return counts
 
 
 def _held(lease: Mapping[str, Any]) -> tuple[datetime, datetime]:
