@@ -21,6 +21,16 @@ pytestmark = pytest.mark.cluster
 TASKS = 30
 
 
+async def _until_all_succeeded(mariadb_url: str, qid: str) -> None:
+    """Wait (up to about a minute) until every task of the queue has SUCCEEDED."""
+    for _ in range(600):
+        rows = await fetch_all(mariadb_url,
+                               "SELECT COUNT(*) AS n FROM tasks WHERE queue_id=:q AND state='SUCCEEDED'", q=qid)
+        if int(rows[0]["n"]) == TASKS:
+            return
+        await asyncio.sleep(0.1)
+
+
 def test_sdk_worker_survives_its_node_being_killed(cluster, tenant, mariadb_url):
     a, b = cluster.start_nodes(2)
     token = tenant["token"]
@@ -51,12 +61,7 @@ def test_sdk_worker_survives_its_node_being_killed(cluster, tenant, mariadb_url)
             await asyncio.sleep(0.5)
             b.start()
             await asyncio.to_thread(b.wait_ready)
-            for _ in range(600):
-                rows = await fetch_all(mariadb_url,
-                                       "SELECT COUNT(*) AS n FROM tasks WHERE queue_id=:q AND state='SUCCEEDED'", q=qid)
-                if int(rows[0]["n"]) == TASKS:
-                    break
-                await asyncio.sleep(0.1)
+            await _until_all_succeeded(mariadb_url, qid)
             await worker.astop()
             await asyncio.wait_for(run, 30)
             return qid, worker.drained
@@ -108,12 +113,7 @@ async def _two_node_scenario(a, b, token: str, mariadb_url: str, runs: Counter, 
             await asyncio.sleep(0.02)
         assert not run.done(), "the worker ended its run instead of going on through node B"
         gate.set()
-        for _ in range(600):
-            rows = await fetch_all(mariadb_url,
-                                   "SELECT COUNT(*) AS n FROM tasks WHERE queue_id=:q AND state='SUCCEEDED'", q=qid)
-            if int(rows[0]["n"]) == TASKS:
-                break
-            await asyncio.sleep(0.1)
+        await _until_all_succeeded(mariadb_url, qid)
         await worker.astop()
         await asyncio.wait_for(run, 30)
         return qid, worker, gone
