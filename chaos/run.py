@@ -321,9 +321,7 @@ class Run:
 
     async def snapshot(self) -> checks.Snapshot:
         """The usage rows and what they count, read in one REPEATABLE READ snapshot."""
-        host, port = "127.0.0.1", self.db.port
-        conn = await asyncmy.connect(host=host, port=port, user="root", password="", db="orbit_chaos",
-                                     connect_timeout=5)
+        conn = await self._connect()
         try:
             async with conn.cursor(asyncmy.cursors.DictCursor) as cur:
                 await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -407,9 +405,13 @@ class Run:
                 return by
             await asyncio.sleep(1.0)
 
-    async def _rows(self, sql: str) -> list[dict[str, Any]]:
-        conn = await asyncmy.connect(host="127.0.0.1", port=self.db.port, user="root", password="",
+    async def _connect(self) -> Any:
+        """A connection of the checks' own, straight to the run's database (never through a node)."""
+        return await asyncmy.connect(host="127.0.0.1", port=self.db.port, user="root", password="",
                                      db="orbit_chaos", connect_timeout=5)
+
+    async def _rows(self, sql: str) -> list[dict[str, Any]]:
+        conn = await self._connect()
         try:
             async with conn.cursor(asyncmy.cursors.DictCursor) as cur:
                 await cur.execute(sql)
