@@ -16,7 +16,7 @@ Statements go straight to the driver: SQLAlchemy Core costs several times its CP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -31,6 +31,38 @@ class Stmt(NamedTuple):
     sql: str
     params: Sequence[Any] = ()
     sqlite: str | None = None
+
+
+# What one round trip to MySQL carries at most, where it can be split: a quarter of the smallest
+# max_allowed_packet Orbit supports (16 MiB, MariaDB's default). Past that limit the server refuses
+# the statement and drops the connection, which may reach the client as a lost connection.
+ROUND_TRIP_BYTES = 4 * 1024 * 1024
+
+
+def text_bytes(value: Any) -> int:
+    """A value's size as a statement carries it, at most (8 for a number or a timestamp)."""
+    if isinstance(value, str):
+        return len(value) if value.isascii() else 4 * len(value)
+    if isinstance(value, (bytes, bytearray)):
+        return 2 * len(value)
+    return 8
+
+
+def size_chunks(items: Sequence[Any], size: Callable[[Any], int], *, max_items: int,
+                max_bytes: int = ROUND_TRIP_BYTES) -> Iterator[list[Any]]:
+    """`items` in order, cut into lists of at most `max_items` whose sizes add up to at most
+    `max_bytes` (an item larger than that alone)."""
+    chunk: list[Any] = []
+    total = 0
+    for item in items:
+        n = size(item)
+        if chunk and (len(chunk) >= max_items or total + n > max_bytes):
+            yield chunk
+            chunk, total = [], 0
+        chunk.append(item)
+        total += n
+    if chunk:
+        yield chunk
 
 
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # how SQLite stores timestamps as text (text order = time order)
@@ -84,6 +116,10 @@ def _sqlite_rows(names: list[str], raw: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _row_bytes(row: Sequence[Any]) -> int:
+    return sum(map(text_bytes, row))
+
+
 class Tx:
     """An open transaction (or, for reads, an autocommit connection).
 
@@ -99,6 +135,7 @@ class Tx:
         self._multi = multi
         self._now: datetime | None = None
         self._deferred: list[str] = []
+        self._deferred_bytes = 0
         self._literals = Literals()
         # MySQL error code -> exception to raise instead, for errors a deferred write may cause:
         # they surface with whichever later round trip (or the COMMIT) carries that write.
@@ -179,10 +216,14 @@ class Tx:
     async def _run_mysql(self, statements: list[str]) -> list[tuple[int, list[dict[str, Any]]]]:
         """The deferred writes plus `statements` in one round trip; per statement of
         `statements`, its row count and rows (the deferred writes' results are skipped)."""
+        if statements and self._deferred and \
+                self._deferred_bytes + sum(map(text_bytes, statements)) > ROUND_TRIP_BYTES:
+            await self._run_mysql([])  # the deferred writes first, in a round trip of their own
         d = await self._driver_conn()
         skip = len(self._deferred)
         text = ";\n".join([*self._deferred, *statements])
         self._deferred = []
+        self._deferred_bytes = 0
         out: list[tuple[int, list[dict[str, Any]]]] = []
         async with d.cursor() as cur:
             await cur.execute(text)
@@ -252,9 +293,17 @@ class Tx:
     async def defer(self, stmt: Stmt) -> None:
         """A write whose row count is not needed: sent with the next statement or the commit."""
         if self._multi:
-            self._deferred.append(self._mogrify(stmt))
+            await self._defer_text(self._mogrify(stmt))
         else:
             await self.count(stmt)
+
+    async def _defer_text(self, text: str) -> None:
+        """Defer one statement's text; the deferred writes go at once when they fill a round trip."""
+        n = text_bytes(text)
+        if self._deferred and self._deferred_bytes + n > ROUND_TRIP_BYTES:
+            await self._run_mysql([])
+        self._deferred.append(text)
+        self._deferred_bytes += n
 
     async def defer_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
         """A multi-row `INSERT … VALUES (?, …)` for `rows`, deferred like `defer`."""
@@ -264,7 +313,8 @@ class Tx:
             await self.insert_rows(stmt, rows)
             return
         head = self._text(stmt).partition(" VALUES ")[0]
-        self._deferred.append(f"{head} VALUES " + self._literals.values_list(rows))
+        for chunk in size_chunks(rows, _row_bytes, max_items=len(rows)):
+            await self._defer_text(f"{head} VALUES " + self._literals.values_list(chunk))
 
     async def insert_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
         """A multi-row `INSERT … VALUES (?, …)` for `rows`, now."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..dialect import RetryTransaction, is_duplicate_key
-from ..tx import Stmt, Tx, placeholders
+from ..tx import Stmt, Tx, placeholders, size_chunks, text_bytes
 
 _MAX_ROWS_PER_STATEMENT = 500
 
@@ -22,8 +22,8 @@ async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> No
             shapes[tuple(sorted(values))].append(k)
     for cols, keys in shapes.items():
         keys.sort()
-        for i in range(0, len(keys), _MAX_ROWS_PER_STATEMENT):
-            chunk = keys[i : i + _MAX_ROWS_PER_STATEMENT]
+        for chunk in size_chunks(keys, lambda k: sum(text_bytes(rows[k][c]) for c in cols),
+                                 max_items=_MAX_ROWS_PER_STATEMENT):
             sets: list[str] = []
             params: list[Any] = []
             for col in cols:
