@@ -180,17 +180,23 @@ async def run_queues_session(url: str, token: str, queue_ids: list[str], node_id
 
 
 async def run_sdk_worker(url: str, token: str, queue_id: str, node_id: str, stop: asyncio.Event, stats: Stats,
-                         concurrency: int, lease_ms: int) -> None:
+                         concurrency: int, lease_ms: int, sync: bool = False) -> None:
     """One `orbit.Worker` (the SDK's runtime: its own session, Start, renewals, reports) with a
-    no-op handler, for the drain a user's workers would get."""
+    no-op handler, for the drain a user's workers would get: `async def`, or (`sync`) a plain
+    function the SDK runs in its threads."""
     import orbit
 
     worker = orbit.Worker(url=url, token=token, queues=[queue_id], concurrency=concurrency, node_id=node_id,
                           lease_ms=lease_ms, claim_wait_ms=500)
 
-    @worker.handler
-    async def handle(task: orbit.TaskContext) -> None:
-        stats.completed += 1
+    if sync:
+        @worker.handler
+        def handle_sync(task: orbit.TaskContext) -> None:
+            stats.completed += 1
+    else:
+        @worker.handler
+        async def handle(task: orbit.TaskContext) -> None:
+            stats.completed += 1
 
     run = asyncio.create_task(worker.arun())
     await asyncio.wait([run, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
@@ -215,7 +221,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                                     stop, stats, args.max_tasks) for i in range(args.sessions)]
     elif args.sdk:
         coros = [run_sdk_worker(urls[i % len(urls)], token, args.queue, f"{args.node_prefix}-{i}", stop, stats,
-                                args.max_tasks, args.lease_ms) for i in range(args.sessions)]
+                                args.max_tasks, args.lease_ms, sync=args.sync) for i in range(args.sessions)]
     else:
         queues = args.queue.split(",")  # several: the sessions take turns over them
         coros = [run_session(urls[i % len(urls)], token, queues[i % len(queues)], f"{args.node_prefix}-{i}", stop,
@@ -247,6 +253,7 @@ def main() -> None:
     ap.add_argument("--max-tasks", type=int, default=50)
     ap.add_argument("--handler-ms", type=float, default=0)
     ap.add_argument("--sdk", action="store_true", help="run orbit.Worker instances (concurrency = --max-tasks)")
+    ap.add_argument("--sync", action="store_true", help="with --sdk: a plain (threaded) handler, not async def")
     ap.add_argument("--retry-rate-limited", action="store_true")
     ap.add_argument("--lease-ms", type=int, default=60000)
     ap.add_argument("--seconds", type=float, default=3600)

@@ -29,15 +29,17 @@ from bench._harness import environment, percentile  # noqa: E402
 from bench._worker import Stats, run_loop, run_sdk_worker, run_session  # noqa: E402
 
 
-def _worker_process(urls, token, queue_id, sessions, seconds, result_q, sdk: bool = False) -> None:
+def _worker_process(urls, token, queue_id, sessions, seconds, result_q, sdk: bool = False,
+                    concurrency: int = 50, sync: bool = False) -> None:
     """Worker sessions in a process of their own: the bench's lean sessions, or (`sdk`) one
-    `orbit.Worker` each (concurrency 50)."""
+    `orbit.Worker` each (`concurrency`; `sync`: a threaded handler)."""
     async def main():
         stop = asyncio.Event()
         counter = [0]
         if sdk:
             stats = Stats()
-            coros = [run_sdk_worker(urls[i % len(urls)], token, queue_id, f"bench-w{i}", stop, stats, 50, 60000)
+            coros = [run_sdk_worker(urls[i % len(urls)], token, queue_id, f"bench-w{i}", stop, stats, concurrency,
+                                    60000, sync)
                      for i in range(sessions)]
         else:
             coros = [run_session(urls[i % len(urls)], token, queue_id, f"bench-w{i}", stop, counter=counter)

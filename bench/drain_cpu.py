@@ -7,7 +7,8 @@ the tasks with batch submits, drains them with raw-protocol worker processes, an
 reads the server's and mariadbd's CPU time from /proc before and after. CPU per task
 is steadier than tasks/s on a shared machine, so it is the figure to compare changes
 by. `--py-spy FILE` records a raw py-spy profile of the server for 6 s mid-drain. `--sdk`
-drains with the SDK's `orbit.Worker` runtime instead of the lean raw-protocol sessions.
+drains with the SDK's `orbit.Worker` runtime instead of the lean raw-protocol sessions; a
+user's natural set-up is `--sdk --sessions 1 --concurrency 64` (add `--sync` for a threaded handler).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=8, help="sessions per worker process")
     ap.add_argument("--py-spy", metavar="FILE")
     ap.add_argument("--py-spy-worker", action="store_true", help="profile the first worker process instead of the server")
-    ap.add_argument("--sdk", action="store_true", help="drain with the SDK's orbit.Worker (one per session, concurrency 50)")
+    ap.add_argument("--sdk", action="store_true", help="drain with the SDK's orbit.Worker (one per session)")
+    ap.add_argument("--concurrency", type=int, default=50, help="with --sdk: each worker's concurrency")
+    ap.add_argument("--sync", action="store_true", help="with --sdk: a plain (threaded) handler")
     args = ap.parse_args()
     n = args.tasks
     with environment(None, 1) as (urls, creds):
@@ -52,7 +55,8 @@ def main() -> None:
             raise SystemExit("drain_cpu: the server or mariadbd does not run on this machine")
         ctx = mp.get_context("spawn")
         rq = ctx.Queue()
-        procs = [ctx.Process(target=_worker_process, args=(urls, token, q, args.sessions, 3600, rq, args.sdk))
+        procs = [ctx.Process(target=_worker_process, args=(urls, token, q, args.sessions, 3600, rq, args.sdk,
+                                                                args.concurrency, args.sync))
                  for _ in range(args.processes)]
         before = (cpu_seconds(server), cpu_seconds(mariadb))
         t0 = time.perf_counter()

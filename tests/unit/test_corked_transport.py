@@ -4,7 +4,8 @@ import asyncio
 
 import pytest
 
-from orbit.server.ws.corked import CorkedTransport, websocket_protocol
+from orbit._cork import CorkedTransport
+from orbit.server.ws.corked import websocket_protocol
 
 pytestmark = pytest.mark.anyio
 

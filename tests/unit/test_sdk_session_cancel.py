@@ -22,7 +22,7 @@ class _Socket:
     def __init__(self) -> None:
         self.sent: list[dict] = []
 
-    async def send(self, frame: str) -> None:
+    async def send(self, frame: str | bytes, text: bool = True) -> None:
         self.sent.append(orjson.loads(frame))
 
     async def recv(self) -> str:

@@ -31,8 +31,12 @@ from typing import Any
 
 import orjson
 import websockets
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
 
+from .._cork import CorkedTransport
 from .errors import APIError, OrbitError, TransportError, parse_retry_after
 
 __all__ = [
@@ -95,6 +99,46 @@ def worker_connect_url(url: str) -> str:
     return base
 
 
+class _Connection(ClientConnection):
+    """websockets' client connection with a worker's two hot paths made direct: a text frame is
+    written at once (`send_now`), through a transport that joins what one loop iteration writes
+    into one `send()`; and each whole text message goes to `on_text` as it is parsed, instead of
+    through a queue read by a task. Everything else (handshake, TLS, proxies, pings, close,
+    flow control) is the library's."""
+
+    on_text: Callable[[bytes], None] | None = None
+    _parts: list[bytes] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
+
+    def process_event(self, event: Any) -> None:
+        if self.on_text is None or self.response is None or not isinstance(event, Frame):
+            super().process_event(event)
+            return
+        opcode = event.opcode
+        if opcode is Opcode.TEXT or (opcode is Opcode.CONT and self._parts is not None):
+            if event.fin and self._parts is None:
+                self.on_text(event.data)
+            elif event.fin:
+                self._parts.append(event.data)
+                data, self._parts = b"".join(self._parts), None
+                self.on_text(data)
+            else:
+                self._parts = [*(self._parts or []), event.data]
+            return
+        super().process_event(event)
+
+    def send_now(self, text: bytes) -> bool:
+        """Write one text frame without waiting, if the socket takes it now; False when the
+        caller must use `send` (the connection is closing, or its buffer is full)."""
+        if self.protocol.state is not State.OPEN or self.paused or self.send_in_progress is not None:
+            return False
+        self.protocol.send_text(text)
+        self.send_data()
+        return True
+
+
 def _retrieve(fut: asyncio.Future) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -141,6 +185,9 @@ class WorkerSession:
         self._waiting: dict[str, asyncio.Future] = {}
         self._send_lock = asyncio.Lock()
         self._closed = asyncio.Event()
+        self._direct = isinstance(ws, _Connection)
+        if self._direct:
+            ws.on_text = self._on_text
         self._push_tasks: set[asyncio.Task] = set()
         self.close_code: int | None = None
         self.close_reason: str = ""
@@ -182,6 +229,7 @@ class WorkerSession:
                 max_size=None,
                 compression=None,  # small frames on a local network: zlib per frame costs more than it saves
                 user_agent_header=f"{SDK_NAME} orbit-worker",
+                create_connection=_Connection,
             )
         except InvalidStatus as exc:
             raise _denied(exc) from None
@@ -237,21 +285,11 @@ class WorkerSession:
 
     async def _read(self) -> None:
         try:
+            if self._direct:  # messages arrive through _on_text
+                await self._ws.wait_closed()
+                return
             async for raw in self._ws:
-                try:
-                    msg = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    log.warning("worker session: ignoring a frame that is not JSON")
-                    continue
-                if not isinstance(msg, dict):
-                    continue
-                reply_to = msg.get("reply_to")
-                if reply_to is not None:
-                    fut = self._waiting.pop(reply_to, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(msg)
-                    continue
-                self._dispatch_push(msg)
+                self._on_text(raw)
         except ConnectionClosed:
             pass
         except asyncio.CancelledError:
@@ -260,6 +298,22 @@ class WorkerSession:
             log.warning("worker session reader failed", exc_info=True)
         finally:
             self._mark_closed()
+
+    def _on_text(self, raw: bytes | str) -> None:
+        try:
+            msg = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            log.warning("worker session: ignoring a frame that is not JSON")
+            return
+        if not isinstance(msg, dict):
+            return
+        reply_to = msg.get("reply_to")
+        if reply_to is not None:
+            fut = self._waiting.pop(reply_to, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+            return
+        self._dispatch_push(msg)
 
     def _dispatch_push(self, msg: dict[str, Any]) -> None:
         if self._on_push is None:
@@ -287,7 +341,7 @@ class WorkerSession:
         msg_id = msg_id or new_message_id(type_)
         if self._closed.is_set():
             raise WorkerConnectionClosed("the worker session is closed; resend the same message id")
-        frame = orjson.dumps({"type": type_, "id": msg_id, **fields}).decode()
+        frame = orjson.dumps({"type": type_, "id": msg_id, **fields})
         loop = asyncio.get_running_loop()
         fut = self._waiting.get(msg_id)
         if fut is None or fut.done():
@@ -297,8 +351,9 @@ class WorkerSession:
             fut.add_done_callback(_retrieve)
             self._waiting[msg_id] = fut
         try:
-            async with self._send_lock:
-                await self._ws.send(frame)
+            if not (self._direct and self._ws.send_now(frame)):
+                async with self._send_lock:
+                    await self._ws.send(frame, text=True)
         except ConnectionClosed:
             self._waiting.pop(msg_id, None)
             raise WorkerConnectionClosed("the worker session closed while sending; resend the same message id") \

@@ -198,7 +198,10 @@ class _Lease:
     runner: asyncio.Task | None = None
     grace_timer: asyncio.TimerHandle | None = None
     is_async: bool = True
+    holds_slot: bool = False  # counted in Worker._busy
     renew_now: asyncio.Event = field(default_factory=asyncio.Event)  # set on a new session
+    renewer: asyncio.Task | None = None  # only once the handler has run long enough to need a renewal
+    renew_timer: asyncio.TimerHandle | None = None
 
     @property
     def lease_id(self) -> str:
@@ -471,6 +474,7 @@ class Worker:
     def _reset_runtime_state(self) -> None:
         self._session: WorkerSession | None = None
         self._leases: dict[str, _Lease] = {}
+        self._busy = 0  # leases holding one of the `concurrency` slots: from the claim to the handler's end
         self._unacked: dict[str, dict[str, Any]] = {}
         self._draining = False
         self._drain_deadline: float | None = None
@@ -648,6 +652,9 @@ class Worker:
         for st in self._leases.values():
             if st.started:
                 st.renew_now.set()
+                if st.renewer is None and st.renew_timer is not None:
+                    st.renew_timer.cancel()
+                    self._start_renewer(st)
 
     async def _current_session(self, abort_on_drain: bool = False) -> WorkerSession:
         while True:
@@ -730,15 +737,27 @@ class Worker:
 
     # ------------------------------------------------------------ internals: claiming
 
+    def _free_slot(self, st: _Lease) -> None:
+        """The lease's handler ended (or it will never run): its slot takes the next task while
+        its report, if any, is still on its way."""
+        if st.holds_slot:
+            st.holds_slot = False
+            self._busy -= 1
+            self._capacity.set()
+
     async def _claim_loop(self) -> None:
         rr = 0
         backoff = 0.5
         while not self._draining:
-            free = self.concurrency - len(self._leases)
+            free = self.concurrency - self._busy
             if free <= 0:
                 self._capacity.clear()
-                if self.concurrency - len(self._leases) <= 0 and not self._draining:
+                if self.concurrency - self._busy <= 0 and not self._draining:
                     await self._capacity.wait()
+                    # Replies that end several handlers arrive together: let them all end, so
+                    # that one claim asks for all their slots rather than one claim for each.
+                    for _ in range(3):
+                        await asyncio.sleep(0)
                 continue
             if self._session is None:
                 ready = asyncio.create_task(self._session_ready.wait())
@@ -772,6 +791,8 @@ class Worker:
                 if lease["lease_id"] in self._leases:
                     continue
                 self._leases[st.lease_id] = st
+                st.holds_slot = True
+                self._busy += 1
                 _log(logging.DEBUG, "leased", task_id=st.task_id, lease_id=st.lease_id, attempt=lease.get("attempt"))
                 st.runner = asyncio.create_task(self._run_lease(st), name=f"orbit-task-{st.task_id}")
 
@@ -796,7 +817,7 @@ class Worker:
             if st.grace_timer is not None:
                 st.grace_timer.cancel()
             self._leases.pop(st.lease_id, None)
-            self._capacity.set()
+            self._free_slot(st)
 
     def _start_limit(self, st: _Lease) -> float:
         """Local monotonic time by which a Start must be authorized (lease end or start deadline)."""
@@ -896,15 +917,19 @@ class Worker:
         if st.cancel_requested:  # a cancel push arrived between Start and now
             self._set_event(st)
             self._arm_grace(st)
-        renewer = asyncio.create_task(self._renew_loop(st), name=f"orbit-renew-{st.task_id}")
+        # Most handlers end before their first renewal is due: a timer, not a task, waits for it.
+        st.renew_timer = asyncio.get_running_loop().call_later(self._first_renewal_in(st), self._start_renewer, st)
         try:
             await asyncio.wait({st.handler})
         finally:
-            renewer.cancel()
-            with contextlib.suppress(BaseException):
-                await renewer
+            st.renew_timer.cancel()
+            if st.renewer is not None:
+                st.renewer.cancel()
+                with contextlib.suppress(BaseException):
+                    await st.renewer
             if st.grace_timer is not None:
                 st.grace_timer.cancel()
+        self._free_slot(st)
         outcome = self._outcome(st)
         elapsed = round(time.monotonic() - started, 3)
         if st.revoked:
@@ -987,17 +1012,27 @@ class Worker:
         finally:
             self._unacked.pop(msg_id, None)
 
+    def _first_renewal_in(self, st: _Lease) -> float:
+        """A third of the lease, or at once when the lease is nearer its end than that (e.g. a
+        Start that came late in the lease after rate-limit backoffs)."""
+        interval = self.lease_ms / 3000
+        return max(0.0, min(interval, st.expires_mono - time.monotonic() - 2 * interval))
+
+    def _start_renewer(self, st: _Lease) -> None:
+        if st.renewer is None and st.handler is not None and not st.handler.done():
+            st.renewer = asyncio.get_running_loop().create_task(self._renew_loop(st), name=f"orbit-renew-{st.task_id}")
+
     async def _renew_loop(self, st: _Lease) -> None:
         interval = self.lease_ms / 3000
+        first = True
         # Stops with the handler even if a cancellation went astray: a lease renewed after its
         # attempt ended would hold its task and permits until the worker exits.
         while st.handler is None or not st.handler.done():
-            # A third of the lease, or at once when the lease is nearer its end than that
-            # (e.g. a Start that came late in the lease after rate-limit backoffs).
-            left = st.expires_mono - time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, min(interval, left - 2 * interval))):  # see WorkerSession.call
-                    await st.renew_now.wait()
+            if not first:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._first_renewal_in(st)):  # see WorkerSession.call
+                        await st.renew_now.wait()
+            first = False
             st.renew_now.clear()
             if st.handler is not None and st.handler.done():
                 return

@@ -1,4 +1,4 @@
-"""WebSocket writes coalesced per event-loop iteration.
+"""The server's WebSocket protocol, writing through a `CorkedTransport` (`orbit._cork`).
 
 A grouped transaction answers dozens of Starts or reports of one session at the
 same moment; rather than a `send()` system call per reply frame, the corked
@@ -11,51 +11,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..._cork import CorkedTransport
+
 try:
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 except ImportError:  # uvicorn < 0.35
     WebSocketsSansIOProtocol = None  # type: ignore[assignment,misc]
-
-
-class CorkedTransport:
-    """Proxy of an asyncio transport whose `write`s are joined and flushed once per loop iteration."""
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-        self._scheduled = False
-
-    def write(self, data: bytes) -> None:
-        self._pending.append(data)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def writelines(self, lines: Any) -> None:
-        for data in lines:
-            self.write(data)
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, []
-        if pending and not self._transport.is_closing():
-            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def write_eof(self) -> None:
-        self._flush()
-        self._transport.write_eof()
-
-    def abort(self) -> None:
-        self._pending = []
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 # The ASGI scope extension through which a session writes text frames without the ASGI send chain.
