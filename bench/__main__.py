@@ -86,8 +86,8 @@ def run_scenario(ctx: suite.Context, name: str, fn, seconds: float) -> None:
 
 
 async def drain_and_latency(ctx: suite.Context) -> None:
-    """Orbit 1 node (+ latency at half its drain rate), Orbit 2 nodes, Orbit 1 node with SDK workers,
-    then each peer the same way."""
+    """Orbit 1 node (+ latency at half its drain rate), Orbit 2 nodes, Orbit 1 node with SDK workers
+    (async and sync handlers), then each peer the same way."""
     from bench.peers import celery_runner, procrastinate_runner
 
     drain, latency = ctx.wants("drain"), ctx.wants("latency")
@@ -105,7 +105,8 @@ async def drain_and_latency(ctx: suite.Context) -> None:
                   suite.orbit_drain(ctx, 1, with_latency=latency, report_drain=drain))
     if drain:
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 2, with_latency=False))
-        await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk=True))
+        await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk="async"))
+        await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk="sync"))
     runners = {"celery": celery_runner, "procrastinate": procrastinate_runner}
     for peer in ctx.peers:
         system = "celery+redis" if peer == "celery" else peer

@@ -143,9 +143,28 @@ def render(data: dict[str, Any], order: list[str]) -> str:
         pr = _metric(_find(rows, "drain", peer), "tasks_per_s")
         if drain is not None and pr is not None:
             tg.append((f"drain ahead of {peer} (orbit/peer)", drain / pr, "> 1", drain > pr))
+    # Ratios within this run, so that they hold on any machine.
+    for handler in ("async", "sync"):
+        sdk = _metric(_find(rows, "drain", "orbit", f"1 node, SDK {handler}"), "tasks_per_s")
+        if sdk is not None and drain:
+            tg.append((f"SDK drain, {handler} handler / lean drain", sdk / drain, ">= 0.9", sdk / drain >= 0.9))
+    light = _metric(orbit_fixed, "p50_ms")
+    light99 = _metric(orbit_fixed, "p99_ms")
+    peer_light = _metric(_find_case(rows, "latency", "procrastinate", "(fixed)"), "p50_ms")
+    if light is not None and peer_light:
+        tg.append((f"light load ({_rate(orbit_fixed)}/s) p50 / procrastinate's", light / peer_light, "<= 1",
+                   light <= peer_light))
+    if light and light99 is not None:
+        tg.append(("light load p99 / its own p50", light99 / light, "<= 2", light99 <= 2 * light))
+    if light and p50 is not None:
+        tg.append(("half load p50 / light load p50", p50 / light, "<= 3", p50 <= 3 * light))
+    if ceiling and drain:
+        tg.append(("drain / durable 1-row commit ceiling", drain / ceiling, ">= 0.35", drain / ceiling >= 0.35))
+    if batch_ceiling and b is not None:
+        tg.append(("batch submit / 500-row INSERT ceiling", b / batch_ceiling, ">= 0.2", b / batch_ceiling >= 0.2))
     if tg:
         out.append("")
-        out.append(f"{'Issue 6 target':<52} {'measured':>10} {'target':>10}  met")
+        out.append(f"{'Target':<52} {'measured':>10} {'target':>10}  met")
         out.append("-" * 100)
         for label, v, target, met in tg:
             out.append(f"{label:<52} {_fmt(round(v, 2)):>10} {target:>10}  {'yes' if met else 'NO'}")

@@ -250,7 +250,7 @@ async def api_preload(client: httpx.AsyncClient, queue_id: str, total: int, size
 
 def spawn_workers(ctx: Context, urls: list[str], token: str, name: str, *, queue_id: str | None = None,
                   queues_file: str | None = None, processes: int | None = None, sessions: int | None = None,
-                  extra: list[str] | None = None) -> list:
+                  extra: list[str] | None = None, max_tasks: int | None = None) -> list:
     """Worker processes (bench/_worker.py) with raw-protocol sessions spread over the nodes."""
     processes = processes or ctx.sizes.worker_processes
     sessions = sessions or ctx.sizes.sessions_per_process
@@ -260,7 +260,7 @@ def spawn_workers(ctx: Context, urls: list[str], token: str, name: str, *, queue
     for i in range(processes):
         args = [sys.executable, "-m", "bench._worker", "--urls", ",".join(urls[i % len(urls):] + urls[:i % len(urls)]),
                 "--sessions", str(sessions), "--node-prefix", f"{name}-p{i}", "--max-tasks",
-                str(ctx.sizes.claim_max_tasks), "--seconds", "7200"]
+                str(max_tasks or ctx.sizes.claim_max_tasks), "--seconds", "7200"]
         if queue_id:
             args += ["--queue", queue_id]
         if queues_file:
@@ -434,13 +434,18 @@ async def submit(ctx: Context) -> None:
 # ------------------------------------------------------------------ drain (+ steady-state latency)
 
 
+# A user's natural set-up: per worker process, one `orbit.Worker` of this concurrency.
+SDK_CONCURRENCY = 64
+
+
 async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_drain: bool = True,
-                      sdk: bool = False) -> None:
+                      sdk: str | None = None) -> None:
     """Drain pre-loaded tasks with worker processes: the bench's lean raw-protocol sessions, or
-    (`sdk`) the SDK's `orbit.Worker` runtime with a no-op handler, as a user's workers would."""
+    (`sdk`: "async" or "sync") the SDK's runtime as a user runs it, one `orbit.Worker` per
+    process with a no-op handler (`async def`, or a plain function run in its threads)."""
     s = ctx.sizes
     n = s.drain_tasks
-    name = f"drain{nodes}{'-sdk' if sdk else ''}"
+    name = f"drain{nodes}{'-sdk-' + sdk if sdk else ''}"
     with environment(None, nodes, ctx.log_dir) as (urls, creds):
         token, db_url = creds["token"], creds["_database_url"]
         db = Conn(db_url)
@@ -450,7 +455,11 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                 qid = await create_queue(client, f"drain-{uuid.uuid4().hex[:6]}")
                 load_s = await api_preload(client, qid, n)
                 t_launch = time.perf_counter()
-                procs = spawn_workers(ctx, urls, token, name, queue_id=qid, extra=["--sdk"] if sdk else None)
+                if sdk:
+                    procs = spawn_workers(ctx, urls, token, name, queue_id=qid, sessions=1,
+                                          max_tasks=SDK_CONCURRENCY, extra=["--sdk", *(["--sync"] if sdk == "sync" else [])])
+                else:
+                    procs = spawn_workers(ctx, urls, token, name, queue_id=qid)
                 # Progress from the queue's usage row; the finished tasks are counted once, at the end.
                 await wait_count(db, DRAINED, (qid,), 1, s.drain_timeout)
                 done = int(await db.scalar(
@@ -463,8 +472,10 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                 rate = done / active
                 if nodes == 1 and not sdk:
                     ctx.facts["orbit_drain_1node_per_s"] = rate
-                workers = (f"SDK: {len(procs)}x{s.sessions_per_process} orbit.Worker" if sdk
+                workers = (f"SDK {sdk}, {len(procs)}x Worker({SDK_CONCURRENCY})" if sdk
                            else f"{len(procs)}x{s.sessions_per_process} sessions")
+                if sdk:
+                    ctx.facts[f"orbit_drain_sdk_{sdk}_per_s"] = rate
                 if report_drain:
                     ctx.add("drain", "orbit", f"{nodes} node{'s' if nodes > 1 else ''}, {workers}", tasks=done, tasks_per_s=r1(rate),
                             wall_tasks_per_s=r1(done / wall), preload_tasks_per_s=r1(n / load_s),

@@ -12,7 +12,9 @@ worker.run()        # until SIGTERM/SIGINT or worker.stop(), then drain
 
 Rules the runtime follows (`sdk.md`, `workers.md`, `queues.md`):
 
-- claims only up to free capacity, with long polls;
+- claims only up to free capacity, with long polls, plus a few tasks ahead when
+  handlers are short (`prefetch`): a task claimed ahead waits for a free slot
+  before its Start is asked for, and is released if none frees soon;
 - asks for Start before calling the handler and never calls it without one; on
   `RATE_LIMITED` / `QUEUE_PAUSED` backs off (the server's `retry_after_ms` plus
   jitter) within the remaining lease and retries with the *same* message id,
@@ -59,6 +61,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,6 +88,9 @@ log = logging.getLogger("orbit.worker")
 _LEASE_GONE = frozenset({"LEASE_EXPIRED", "LEASE_LOST", "TASK_CANCELLED", "START_DEADLINE_EXCEEDED", "NOT_FOUND"})
 _START_BACKOFF = frozenset({"RATE_LIMITED", "QUEUE_PAUSED"})
 _MAX_ERROR_CHARS = 4096
+# With `prefetch=None`, as many tasks are claimed ahead as handlers end, on average, within this
+# time: a task claimed ahead waits about that long for its slot, holding a permit meanwhile.
+_PREFETCH_WAIT_S = 0.05
 
 
 def _log(level: int, event: str, **fields: Any) -> None:
@@ -199,6 +205,7 @@ class _Lease:
     grace_timer: asyncio.TimerHandle | None = None
     is_async: bool = True
     holds_slot: bool = False  # counted in Worker._busy
+    slot: asyncio.Future | None = None  # claimed ahead: resolved True with a slot, False to give it back
     renew_now: asyncio.Event = field(default_factory=asyncio.Event)  # set on a new session
     renewer: asyncio.Task | None = None  # only once the handler has run long enough to need a renewal
     renew_timer: asyncio.TimerHandle | None = None
@@ -249,6 +256,14 @@ class Worker:
     Sync handlers cannot be interrupted: one still running at the drain
     deadline is abandoned (its lease expires on the server) and `drained` is
     False.
+
+    `concurrency` bounds the handlers running at once. While they are all busy
+    the worker holds up to `prefetch` more tasks claimed ahead, so that a slot
+    that frees takes its next task at once: by default (`None`) as many as its
+    handlers end within ~50 ms on average (none for handlers that take a
+    second or more), at most `concurrency`. A task claimed ahead holds a permit
+    of its queue's concurrency while it waits; `prefetch=0` claims only for
+    free slots (for queues whose `max_concurrency` is shared by few tasks).
     """
 
     def __init__(
@@ -265,6 +280,7 @@ class Worker:
         cancel_grace: float = 5.0,
         drain_timeout: float = 30.0,
         claim_wait_ms: int = 2_000,
+        prefetch: int | None = None,
         reconnect_initial: float = 0.2,
         reconnect_max: float = 10.0,
         reply_timeout: float = 30.0,
@@ -298,6 +314,8 @@ class Worker:
             raise ValueError("lease_ms must be between 1000 and 600000")
         if not 0 <= claim_wait_ms <= 30_000:
             raise ValueError("claim_wait_ms must be between 0 and 30000")
+        if prefetch is not None and not 0 <= prefetch <= concurrency:
+            raise ValueError("prefetch must be between 0 and concurrency (or None: as handlers allow)")
         self.urls: list[str] = [str(u) for u in urls] if urls else [str(url)]
         self._token = str(token)
         self.queues = queues
@@ -307,6 +325,7 @@ class Worker:
         self.cancel_grace = float(cancel_grace)
         self.drain_timeout = float(drain_timeout)
         self.claim_wait_ms = claim_wait_ms
+        self.prefetch = prefetch
         self.reconnect_initial = reconnect_initial
         self.reconnect_max = reconnect_max
         self.reply_timeout = reply_timeout
@@ -475,6 +494,8 @@ class Worker:
         self._session: WorkerSession | None = None
         self._leases: dict[str, _Lease] = {}
         self._busy = 0  # leases holding one of the `concurrency` slots: from the claim to the handler's end
+        self._ahead: deque[_Lease] = deque()  # leases claimed ahead, waiting for a slot, in claim order
+        self._handler_s: float | None = None  # the handlers' recent duration (moving average)
         self._unacked: dict[str, dict[str, Any]] = {}
         self._draining = False
         self._drain_deadline: float | None = None
@@ -521,6 +542,7 @@ class Worker:
                  in_flight=len(self._leases))
         self._drain_event.set()
         self._capacity.set()
+        self._give_back_ahead()
         if timeout <= 0:
             self._hard_stop.set()
 
@@ -740,19 +762,61 @@ class Worker:
     def _free_slot(self, st: _Lease) -> None:
         """The lease's handler ended (or it will never run): its slot takes the next task while
         its report, if any, is still on its way."""
-        if st.holds_slot:
-            st.holds_slot = False
-            self._busy -= 1
-            self._capacity.set()
+        if not st.holds_slot:
+            return
+        st.holds_slot = False
+        while self._ahead:
+            nxt = self._ahead.popleft()
+            if nxt.slot is not None and not nxt.slot.done():
+                nxt.holds_slot = True
+                nxt.slot.set_result(True)
+                self._capacity.set()
+                return
+        self._busy -= 1
+        self._capacity.set()
+
+    def _prefetch_now(self) -> int:
+        """How many tasks to hold claimed ahead of a free slot now."""
+        if self.prefetch is not None:
+            return self.prefetch
+        if self._handler_s is None:
+            return 0
+        return min(self.concurrency, int(self.concurrency * _PREFETCH_WAIT_S / max(self._handler_s, 1e-4)))
+
+    def _handler_ended(self, seconds: float) -> None:
+        avg = self._handler_s
+        self._handler_s = seconds if avg is None else 0.8 * avg + 0.2 * seconds
+
+    def _give_back_ahead(self) -> None:
+        """Draining: the tasks claimed ahead go back to their queue rather than wait for a slot."""
+        for st in self._ahead:
+            if st.slot is not None and not st.slot.done():
+                st.slot.set_result(False)
+        self._ahead.clear()
+
+    async def _wait_for_slot(self, st: _Lease) -> bool:
+        """A task claimed ahead waits for a slot, at most a quarter of its lease and never so
+        long that its Start could not come in time; False: it is given back."""
+        assert st.slot is not None
+        wait = min(self.lease_ms / 4000, self._start_limit(st) - time.monotonic() - 1.0)
+        try:
+            async with asyncio.timeout(max(0.0, wait)):  # see WorkerSession.call
+                return await st.slot
+        except TimeoutError:
+            return False
+        finally:
+            if not st.holds_slot:
+                with contextlib.suppress(ValueError):
+                    self._ahead.remove(st)
 
     async def _claim_loop(self) -> None:
         rr = 0
         backoff = 0.5
         while not self._draining:
-            free = self.concurrency - self._busy
+            free = self.concurrency - self._busy + self._prefetch_now() - len(self._ahead)
             if free <= 0:
                 self._capacity.clear()
-                if self.concurrency - self._busy <= 0 and not self._draining:
+                if self.concurrency - self._busy + self._prefetch_now() - len(self._ahead) <= 0 and not self._draining:
                     await self._capacity.wait()
                     # Replies that end several handlers arrive together: let them all end, so
                     # that one claim asks for all their slots rather than one claim for each.
@@ -791,8 +855,12 @@ class Worker:
                 if lease["lease_id"] in self._leases:
                     continue
                 self._leases[st.lease_id] = st
-                st.holds_slot = True
-                self._busy += 1
+                if self._busy < self.concurrency and not self._ahead:
+                    st.holds_slot = True
+                    self._busy += 1
+                else:
+                    st.slot = asyncio.get_running_loop().create_future()
+                    self._ahead.append(st)
                 _log(logging.DEBUG, "leased", task_id=st.task_id, lease_id=st.lease_id, attempt=lease.get("attempt"))
                 st.runner = asyncio.create_task(self._run_lease(st), name=f"orbit-task-{st.task_id}")
 
@@ -805,6 +873,10 @@ class Worker:
 
     async def _run_lease(self, st: _Lease) -> None:
         try:
+            if not st.holds_slot and not await self._wait_for_slot(st):
+                if not st.revoked:
+                    await self._release(st, "draining" if self._draining else "no_free_slot")
+                return
             if await self._start(st):
                 await self._execute(st)
         except _Gone:
@@ -930,6 +1002,7 @@ class Worker:
             if st.grace_timer is not None:
                 st.grace_timer.cancel()
         self._free_slot(st)
+        self._handler_ended(time.monotonic() - started)
         outcome = self._outcome(st)
         elapsed = round(time.monotonic() - started, 3)
         if st.revoked:
