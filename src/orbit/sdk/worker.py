@@ -47,7 +47,6 @@ tokens are never logged.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -70,6 +69,7 @@ from typing import Any
 
 import orjson
 
+from ._threads import HandlerThreads
 from .errors import APIError, PermanentError, RetryableError, TransportError
 from .failover import Failover
 from .session import (
@@ -411,8 +411,7 @@ class Worker:
             self._running = True
             stop_early = self._stop_early
         if not self._handler_is_async:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self.concurrency, thread_name_prefix="orbit-worker")
+            self._executor = HandlerThreads(asyncio.get_running_loop(), self.concurrency)
         _log(logging.INFO, "worker_starting", node_id=self.node_id, queues=",".join(self.queues),
              concurrency=self.concurrency)
         if stop_early:
@@ -442,7 +441,7 @@ class Worker:
             if self._session is not None:
                 await self._session.close()
             if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor.shutdown()
             with self._lock:
                 self._running = False
                 self._stop_early = False
@@ -499,7 +498,7 @@ class Worker:
         self._unacked: dict[str, dict[str, Any]] = {}
         self._draining = False
         self._drain_deadline: float | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: HandlerThreads | None = None
         self._abandoned = 0
         self._signals = 0
         self._fatal: BaseException | None = None
@@ -982,8 +981,7 @@ class Worker:
                 st.handler = asyncio.ensure_future(self._handler(st.ctx))
             else:
                 assert self._executor is not None
-                st.handler = asyncio.get_running_loop().run_in_executor(
-                    self._executor, contextvars.copy_context().run, self._handler, st.ctx)
+                st.handler = self._executor.submit(contextvars.copy_context().run, self._handler, st.ctx)
         if span is not None:
             st.handler.add_done_callback(lambda _: span.end())
         if st.cancel_requested:  # a cancel push arrived between Start and now
