@@ -186,8 +186,9 @@ async def run_sdk_worker(url: str, token: str, queue_id: str, node_id: str, stop
     function the SDK runs in its threads."""
     import orbit
 
+    prefetch = os.environ.get("ORBIT_BENCH_PREFETCH")  # unset: the SDK's default
     worker = orbit.Worker(url=url, token=token, queues=[queue_id], concurrency=concurrency, node_id=node_id,
-                          lease_ms=lease_ms, claim_wait_ms=500)
+                          lease_ms=lease_ms, claim_wait_ms=500, prefetch=int(prefetch) if prefetch else None)
 
     if sync:
         @worker.handler

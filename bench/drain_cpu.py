@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._db import wait_unfinished  # noqa: E402
+from bench._db import fetch, wait_unfinished  # noqa: E402
 from bench._harness import cpu_seconds, environment, pid_of  # noqa: E402
 from bench.dispatch import _worker_process, preload  # noqa: E402
 
@@ -70,6 +70,7 @@ def main() -> None:
                                     "-o", args.py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         asyncio.run(wait_unfinished(creds["_database_url"], q, 600, 0.3))
         wall = time.perf_counter() - t0
+        groups = asyncio.run(_group_sizes(creds["_database_url"], q))
         after = (cpu_seconds(server), cpu_seconds(mariadb))
         workers = sum(cpu_seconds(p.pid) for p in procs)
         if spy is not None:
@@ -79,7 +80,19 @@ def main() -> None:
     print(f"preload {n / load_s:.0f} tasks/s; drain {n / wall:.0f} tasks/s; "
           f"server {(after[0] - before[0]) / n * 1e6:.0f} us CPU/task; "
           f"mariadb {(after[1] - before[1]) / n * 1e6:.0f} us CPU/task; "
-          f"worker processes {workers / n * 1e6:.0f} us CPU/task")
+          f"worker processes {workers / n * 1e6:.0f} us CPU/task; tasks per transaction: {groups}")
+
+
+async def _group_sizes(url: str, queue_id: str) -> str:
+    """Tasks that went through one transaction share its database time: the mean group size
+    of the claims (leased_at), Starts (started_at) and reports (ended_at)."""
+    out = []
+    for stage in ("leased_at", "started_at", "ended_at"):
+        (total, distinct), = await fetch(
+            url, f"SELECT COUNT(*), COUNT(DISTINCT {stage}) FROM leases WHERE queue_id = %s AND outcome = 'SUCCEEDED'",
+            (queue_id,))
+        out.append(f"{stage.split('_')[0]} {total / max(1, distinct):.1f}")
+    return ", ".join(out)
 
 
 if __name__ == "__main__":

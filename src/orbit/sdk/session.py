@@ -34,7 +34,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.frames import Frame, Opcode
+from websockets.frames import Frame, Opcode, apply_mask
 from websockets.protocol import State
 
 from .._cork import CorkedTransport
@@ -115,6 +115,42 @@ def worker_connect_url(url: str) -> str:
     return base
 
 
+class _Masks:
+    """Frame masks (RFC 6455: unpredictable to the network) drawn from the system's CSPRNG a
+    few kilobytes at a time rather than with a system call per frame."""
+
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        self._pool = b""
+        self._at = 0
+
+    def next(self) -> bytes:
+        if self._at + 4 > len(self._pool):
+            self._pool, self._at = os.urandom(4096), 0
+        self._at += 4
+        return self._pool[self._at - 4:self._at]
+
+
+_masks = _Masks()
+
+
+def _text_frame(payload: bytes) -> bytes:
+    """One final, masked text frame (what `send_text` would write, without its checks and
+    allocations: the connection is known to be open and not inside a fragmented message)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x81, 0x80 | n))
+    elif n < 65536:
+        head = bytes((0x81, 0x80 | 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x81, 0x80 | 127)) + n.to_bytes(8, "big")
+    mask = _masks.next()
+    return head + mask + apply_mask(payload, mask)
+
+
 class _Connection(ClientConnection):
     """websockets' client connection with a worker's two hot paths made direct: a text frame is
     written at once (`send_now`), through a transport that joins what one loop iteration writes
@@ -150,8 +186,7 @@ class _Connection(ClientConnection):
         caller must use `send` (the connection is closing, or its buffer is full)."""
         if self.protocol.state is not State.OPEN or self.paused or self.send_in_progress is not None:
             return False
-        self.protocol.send_text(text)
-        self.send_data()
+        self.transport.write(_text_frame(text))
         return True
 
 
@@ -362,8 +397,7 @@ class WorkerSession:
         fut = self._waiting.get(msg_id)
         if fut is None or fut.done():
             fut = loop.create_future()
-            # Its caller may be cancelled (the shield keeps the future): a close that fails it
-            # later must not leave an exception nobody retrieves.
+            # A close that fails it after its caller gave up must not leave an exception nobody retrieves.
             fut.add_done_callback(_retrieve)
             self._waiting[msg_id] = fut
         try:
@@ -374,21 +408,29 @@ class WorkerSession:
             self._waiting.pop(msg_id, None)
             raise WorkerConnectionClosed("the worker session closed while sending; resend the same message id") \
                 from None
+        # A timer, not `wait_for` (on Python 3.11 it swallows a cancellation that arrives together
+        # with the reply, and a cancelled renew loop would then renew forever) nor a timeout
+        # context (a task lookup and a rescheduled handle per command).
+        limit = timeout or self.reply_timeout
+        timer = loop.call_later(limit, self._expire, msg_id, fut, type_, limit)
         try:
-            # Not `wait_for`: on Python 3.11 it swallows a cancellation that arrives together
-            # with the reply, and a cancelled renew loop would then renew forever.
-            async with asyncio.timeout(timeout or self.reply_timeout):
-                reply = await asyncio.shield(fut)
-        except TimeoutError:
-            if self._waiting.get(msg_id) is fut:
+            reply = await fut
+        finally:
+            timer.cancel()
+            if fut.cancelled() and self._waiting.get(msg_id) is fut:  # its caller was cancelled
                 self._waiting.pop(msg_id, None)
-            raise WorkerConnectionClosed(f"no reply to {type_} within {timeout or self.reply_timeout:.0f}s; "
-                                         "resend the same message id") from None
         if not reply.get("ok"):
             err = reply.get("error") or {}
             raise WorkerProtocolError(str(err.get("code") or "UNKNOWN"), str(err.get("message") or ""),
                                       err.get("retry_after_ms"))
         return {k: v for k, v in reply.items() if k not in ("reply_to", "ok")}
+
+    def _expire(self, msg_id: str, fut: asyncio.Future, type_: str, limit: float) -> None:
+        if fut.done():
+            return
+        if self._waiting.get(msg_id) is fut:
+            self._waiting.pop(msg_id, None)
+        fut.set_exception(WorkerConnectionClosed(f"no reply to {type_} within {limit:.0f}s; resend the same message id"))
 
     async def hello(self, node_id: str, queues: list[str], *, sdk: str = SDK_NAME,
                     msg_id: str | None = None) -> dict[str, Any]:

@@ -116,6 +116,9 @@ def _seconds_until(ts: datetime | None) -> float | None:
     return (ts - datetime.now(UTC)).total_seconds()
 
 
+_tracer: Any = None
+
+
 @contextlib.contextmanager
 def _attempt_span(ctx: TaskContext) -> Iterator[Any]:
     """With OpenTelemetry installed, a span for the attempt, child of the submit's trace context
@@ -126,8 +129,11 @@ def _attempt_span(ctx: TaskContext) -> Iterator[Any]:
     except ImportError:
         yield None
         return
+    global _tracer
+    if _tracer is None:  # a proxy until the application sets its provider, then that provider's
+        _tracer = trace.get_tracer("orbit.worker")
     parent = extract({"traceparent": ctx.traceparent}) if ctx.traceparent else None
-    span = trace.get_tracer("orbit.worker").start_span(
+    span = _tracer.start_span(
         "orbit.attempt", context=parent, kind=trace.SpanKind.CONSUMER,
         attributes={"orbit.task_id": ctx.id, "orbit.queue_id": ctx.queue_id, "orbit.attempt": ctx.attempt})
     with trace.use_span(span, end_on_exit=False):
