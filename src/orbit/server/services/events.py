@@ -30,6 +30,8 @@ from ..store.tx import Tx
 from .auth import Principal
 
 NUMBER_BATCH = 1000
+# How long a node lets events written by its transactions gather before it numbers them.
+COALESCE_S = 0.02
 MAX_LIMIT, DEFAULT_LIMIT, MAX_WAIT_MS = 1000, 100, 30_000
 _ONE_TYPE = r"[a-z_]+\.(\*|[a-z_]+)"
 # A `type` parameter: one or more event types (a family as `schedule.*`), separated by commas.
@@ -91,6 +93,10 @@ class Sequencer:
         self.wake.set()
 
     async def run_once(self) -> None:
+        if self._pending:
+            # The transactions of one task's path (submit, claim, Start, report) come a few ms
+            # apart: one pass numbers them all, rather than a transaction after each.
+            await asyncio.sleep(COALESCE_S)
         pending, self._pending = self._pending, set()
         if time.monotonic() - self._swept_at >= self.sweep_s:
             self._swept_at = time.monotonic()
