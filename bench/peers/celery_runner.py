@@ -27,7 +27,7 @@ REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/7")
 WORKERS = int(os.environ.get("BENCH_CELERY_WORKERS", "2"))
 CONCURRENCY = int(os.environ.get("BENCH_CELERY_CONCURRENCY", "1"))
 POOL = os.environ.get("BENCH_CELERY_POOL", "solo")
-PREFETCH = os.environ.get("BENCH_CELERY_PREFETCH", "16")
+PREFETCH = os.environ.get("BENCH_CELERY_PREFETCH", "4")  # the best of bench/peer_search.py
 
 
 def _unavailable(ctx, drain: bool, latency: bool, why: str) -> None:

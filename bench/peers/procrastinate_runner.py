@@ -21,7 +21,7 @@ from bench import _proc
 from bench._harness import percentile
 
 PG_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-WORKERS = int(os.environ.get("BENCH_PROCRASTINATE_WORKERS", "2"))
+WORKERS = int(os.environ.get("BENCH_PROCRASTINATE_WORKERS", "4"))  # the best of bench/peer_search.py
 CONCURRENCY = int(os.environ.get("BENCH_PROCRASTINATE_CONCURRENCY", "8"))
 
 
