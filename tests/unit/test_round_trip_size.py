@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from orbit.server.store.queries.bulk import update_many
-from orbit.server.store.tx import ROUND_TRIP_BYTES, Stmt, Tx, size_chunks
+from orbit.server.store.tx import ROUND_TRIP_BYTES, Stmt, Tx
 
 MIB = 1024 * 1024
 
@@ -90,16 +88,6 @@ def test_a_multi_row_insert_is_cut_by_size():
     sent = anyio.run(run)
     assert len(sent) >= 3
     assert sum(text.count("'" + "e" * 16) for text in sent) == 10
-
-
-@given(st.lists(st.integers(min_value=0, max_value=50)), st.integers(min_value=1, max_value=5),
-       st.integers(min_value=1, max_value=100))
-def test_size_chunks_keep_order_and_bounds(sizes, max_items, max_bytes):
-    chunks = list(size_chunks(sizes, lambda n: n, max_items=max_items, max_bytes=max_bytes))
-    assert [n for c in chunks for n in c] == sizes
-    for c in chunks:
-        assert 1 <= len(c) <= max_items
-        assert len(c) == 1 or sum(c) <= max_bytes
 
 
 @pytest.mark.parametrize("value,at_most", [("abc", 3), ("é", 4), (b"ab", 4), (12, 8)])

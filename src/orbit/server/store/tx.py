@@ -16,7 +16,7 @@ Statements go straight to the driver: SQLAlchemy Core costs several times its CP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -46,23 +46,6 @@ def text_bytes(value: Any) -> int:
     if isinstance(value, (bytes, bytearray)):
         return 2 * len(value)
     return 8
-
-
-def size_chunks(items: Sequence[Any], size: Callable[[Any], int], *, max_items: int,
-                max_bytes: int = ROUND_TRIP_BYTES) -> Iterator[list[Any]]:
-    """`items` in order, cut into lists of at most `max_items` whose sizes add up to at most
-    `max_bytes` (an item larger than that alone)."""
-    chunk: list[Any] = []
-    total = 0
-    for item in items:
-        n = size(item)
-        if chunk and (len(chunk) >= max_items or total + n > max_bytes):
-            yield chunk
-            chunk, total = [], 0
-        chunk.append(item)
-        total += n
-    if chunk:
-        yield chunk
 
 
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # how SQLite stores timestamps as text (text order = time order)
@@ -114,10 +97,6 @@ def _sqlite_rows(names: list[str], raw: list[Any]) -> list[dict[str, Any]]:
                 if isinstance(v, str):
                     r[col] = datetime.fromisoformat(v)
     return rows
-
-
-def _row_bytes(row: Sequence[Any]) -> int:
-    return sum(map(text_bytes, row))
 
 
 class Tx:
@@ -297,6 +276,21 @@ class Tx:
         else:
             await self.count(stmt)
 
+    async def defer_split(self, build: Callable[[Sequence[Any]], Stmt], items: Sequence[Any]) -> None:
+        """Defer `build(items)`, cut into statements of at most a round trip each (halving `items`
+        until each fits; one item alone goes as it is)."""
+        stmt = build(items)
+        if not self._multi:
+            await self.count(stmt)
+            return
+        text = self._mogrify(stmt)
+        if len(items) > 1 and text_bytes(text) > ROUND_TRIP_BYTES:
+            half = len(items) // 2
+            await self.defer_split(build, items[:half])
+            await self.defer_split(build, items[half:])
+            return
+        await self._defer_text(text)
+
     async def _defer_text(self, text: str) -> None:
         """Defer one statement's text; the deferred writes go at once when they fill a round trip."""
         n = text_bytes(text)
@@ -313,8 +307,17 @@ class Tx:
             await self.insert_rows(stmt, rows)
             return
         head = self._text(stmt).partition(" VALUES ")[0]
-        for chunk in size_chunks(rows, _row_bytes, max_items=len(rows)):
-            await self._defer_text(f"{head} VALUES " + self._literals.values_list(chunk))
+        await self._defer_values(head, rows)
+
+    async def _defer_values(self, head: str, rows: Sequence[Sequence[Any]]) -> None:
+        """The rows in one statement, or (past a round trip's size) in halves, recursively."""
+        text = f"{head} VALUES " + self._literals.values_list(rows)
+        if len(rows) > 1 and text_bytes(text) > ROUND_TRIP_BYTES:
+            half = len(rows) // 2
+            await self._defer_values(head, rows[:half])
+            await self._defer_values(head, rows[half:])
+            return
+        await self._defer_text(text)
 
     async def insert_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
         """A multi-row `INSERT … VALUES (?, …)` for `rows`, now."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..dialect import RetryTransaction, is_duplicate_key
-from ..tx import Stmt, Tx, placeholders, size_chunks, text_bytes
+from ..tx import Stmt, Tx, placeholders
 
 _MAX_ROWS_PER_STATEMENT = 500
 
@@ -22,22 +22,25 @@ async def update_many(tx: Tx, table: str, rows: dict[str, dict[str, Any]]) -> No
             shapes[tuple(sorted(values))].append(k)
     for cols, keys in shapes.items():
         keys.sort()
-        for chunk in size_chunks(keys, lambda k: sum(text_bytes(rows[k][c]) for c in cols),
-                                 max_items=_MAX_ROWS_PER_STATEMENT):
-            sets: list[str] = []
-            params: list[Any] = []
-            for col in cols:
-                first = rows[chunk[0]][col]
-                if all(rows[k][col] == first for k in chunk[1:]):
-                    sets.append(f"{col} = ?")
-                    params.append(first)
-                else:
-                    sets.append(f"{col} = CASE id " + " ".join("WHEN ? THEN ?" for _ in chunk) + " END")
-                    for k in chunk:
-                        params.extend((k, rows[k][col]))
-            params.extend(chunk)
-            await tx.defer(Stmt(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})",
-                                params))
+        for i in range(0, len(keys), _MAX_ROWS_PER_STATEMENT):
+            await tx.defer_split(lambda chunk, cols=cols: _update_statement(table, rows, cols, chunk),
+                                 keys[i : i + _MAX_ROWS_PER_STATEMENT])
+
+
+def _update_statement(table: str, rows: dict[str, dict[str, Any]], cols: tuple[str, ...], chunk: Sequence[str]) -> Stmt:
+    sets: list[str] = []
+    params: list[Any] = []
+    for col in cols:
+        first = rows[chunk[0]][col]
+        if all(rows[k][col] == first for k in chunk[1:]):
+            sets.append(f"{col} = ?")
+            params.append(first)
+        else:
+            sets.append(f"{col} = CASE id " + " ".join("WHEN ? THEN ?" for _ in chunk) + " END")
+            for k in chunk:
+                params.extend((k, rows[k][col]))
+    params.extend(chunk)
+    return Stmt(f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({placeholders(len(chunk))})", params)
 
 
 async def insert_named(tx: Tx, table: str, row: dict[str, Any]) -> bool:
