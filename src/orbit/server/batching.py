@@ -99,7 +99,9 @@ class GroupCommitter(Generic[C]):
         *,
         max_batch: int = 200,
         linger: float = 0.001,
-        parallel: int = 4,
+        # Starts, renewals and reports of a queue all meet on its usage row: two transactions at
+        # once keep the database busy while the next group gathers; more only wait on that row.
+        parallel: int = 2,
     ) -> None:
         self.name = name
         self._run = run
