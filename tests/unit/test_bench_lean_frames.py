@@ -10,28 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode
-from websockets.streams import StreamReader
 
 from bench._lean import _Frames, encode_frame
+from tests.support.frames import parse_client_frame
 
 OP_CONT, OP_TEXT, OP_PING = Opcode.CONT, Opcode.TEXT, Opcode.PING
 
 
-def _parse_client_frame(data: bytes) -> Frame:
-    reader = StreamReader()
-    reader.feed_data(data)
-    reader.feed_eof()
-    gen = Frame.parse(reader.read_exact, mask=True)
-    try:
-        next(gen)
-    except StopIteration as done:
-        return done.value
-    raise AssertionError("incomplete frame")
-
-
 @given(st.binary(max_size=70_000))
 def test_sent_frames_parse_as_masked_text(payload: bytes) -> None:
-    frame = _parse_client_frame(encode_frame(payload))
+    frame = parse_client_frame(encode_frame(payload))
     assert frame.opcode == OP_TEXT and frame.fin and frame.data == payload
 
 

@@ -4,28 +4,16 @@ parser reads them back as the server would, at every length class, with fresh ma
 from __future__ import annotations
 
 import pytest
-from websockets.frames import Frame, Opcode
-from websockets.streams import StreamReader
+from websockets.frames import Opcode
 
 from orbit.sdk.session import _masks, _text_frame
-
-
-def _parse(data: bytes) -> Frame:
-    reader = StreamReader()
-    reader.feed_data(data)
-    reader.feed_eof()
-    parser = Frame.parse(reader.read_exact, mask=True)
-    try:
-        next(parser)
-    except StopIteration as done:
-        return done.value
-    raise AssertionError("incomplete frame")
+from tests.support.frames import parse_client_frame
 
 
 @pytest.mark.parametrize("size", [0, 1, 125, 126, 65535, 65536, 300_000])
 def test_a_text_frame_reads_back(size):
     payload = (b'{"type":"ping","id":"x"}' * (size // 24 + 1))[:size]
-    frame = _parse(_text_frame(payload))
+    frame = parse_client_frame(_text_frame(payload))
     assert frame.opcode is Opcode.TEXT and frame.fin and frame.data == payload
 
 

@@ -780,6 +780,10 @@ class Worker:
         self._busy -= 1
         self._capacity.set()
 
+    def _room(self) -> int:
+        """How many tasks a claim may ask for now: free slots plus room to claim ahead."""
+        return self.concurrency - self._busy + self._prefetch_now() - len(self._ahead)
+
     def _prefetch_now(self) -> int:
         """How many tasks to hold claimed ahead of a free slot now."""
         if self.prefetch is not None:
@@ -818,10 +822,10 @@ class Worker:
         rr = 0
         backoff = 0.5
         while not self._draining:
-            free = self.concurrency - self._busy + self._prefetch_now() - len(self._ahead)
+            free = self._room()
             if free <= 0:
                 self._capacity.clear()
-                if self.concurrency - self._busy + self._prefetch_now() - len(self._ahead) <= 0 and not self._draining:
+                if self._room() <= 0 and not self._draining:
                     await self._capacity.wait()
                     # Replies that end several handlers arrive together: let them all end, so
                     # that one claim asks for all their slots rather than one claim for each.
@@ -1006,9 +1010,10 @@ class Worker:
             if st.grace_timer is not None:
                 st.grace_timer.cancel()
         self._free_slot(st)
-        self._handler_ended(time.monotonic() - started)
+        ran = time.monotonic() - started
+        self._handler_ended(ran)
         outcome = self._outcome(st)
-        elapsed = round(time.monotonic() - started, 3)
+        elapsed = round(ran, 3)
         if st.revoked:
             _log(logging.WARNING, "task_abandoned", task_id=st.task_id, lease_id=st.lease_id, reason="lease revoked",
                  elapsed_s=elapsed)

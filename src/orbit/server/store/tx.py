@@ -39,13 +39,9 @@ class Stmt(NamedTuple):
 ROUND_TRIP_BYTES = 4 * 1024 * 1024
 
 
-def text_bytes(value: Any) -> int:
-    """A value's size as a statement carries it, at most (8 for a number or a timestamp)."""
-    if isinstance(value, str):
-        return len(value) if value.isascii() else 4 * len(value)
-    if isinstance(value, (bytes, bytearray)):
-        return 2 * len(value)
-    return 8
+def text_bytes(text: str) -> int:
+    """A statement's size on the wire, at most (a character takes up to four bytes)."""
+    return len(text) if text.isascii() else 4 * len(text)
 
 
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # how SQLite stores timestamps as text (text order = time order)
@@ -279,15 +275,18 @@ class Tx:
     async def defer_split(self, build: Callable[[Sequence[Any]], Stmt], items: Sequence[Any]) -> None:
         """Defer `build(items)`, cut into statements of at most a round trip each (halving `items`
         until each fits; one item alone goes as it is)."""
-        stmt = build(items)
         if not self._multi:
-            await self.count(stmt)
+            await self.count(build(items))
             return
-        text = self._mogrify(stmt)
+        await self._defer_halves(lambda part: self._mogrify(build(part)), items)
+
+    async def _defer_halves(self, render: Callable[[Sequence[Any]], str], items: Sequence[Any]) -> None:
+        """Defer `render(items)`, or (past a round trip's size) the halves of `items`, recursively."""
+        text = render(items)
         if len(items) > 1 and text_bytes(text) > ROUND_TRIP_BYTES:
             half = len(items) // 2
-            await self.defer_split(build, items[:half])
-            await self.defer_split(build, items[half:])
+            await self._defer_halves(render, items[:half])
+            await self._defer_halves(render, items[half:])
             return
         await self._defer_text(text)
 
@@ -307,17 +306,7 @@ class Tx:
             await self.insert_rows(stmt, rows)
             return
         head = self._text(stmt).partition(" VALUES ")[0]
-        await self._defer_values(head, rows)
-
-    async def _defer_values(self, head: str, rows: Sequence[Sequence[Any]]) -> None:
-        """The rows in one statement, or (past a round trip's size) in halves, recursively."""
-        text = f"{head} VALUES " + self._literals.values_list(rows)
-        if len(rows) > 1 and text_bytes(text) > ROUND_TRIP_BYTES:
-            half = len(rows) // 2
-            await self._defer_values(head, rows[:half])
-            await self._defer_values(head, rows[half:])
-            return
-        await self._defer_text(text)
+        await self._defer_halves(lambda part: f"{head} VALUES " + self._literals.values_list(part), rows)
 
     async def insert_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
         """A multi-row `INSERT … VALUES (?, …)` for `rows`, now."""
