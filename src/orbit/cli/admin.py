@@ -13,6 +13,7 @@ import click
 from asyncmy.errors import MySQLError
 from sqlalchemy.exc import SQLAlchemyError
 
+from .. import __version__
 from ..server.core.ids import is_id
 from ..server.core.permissions import ALL_PERMISSIONS, ALL_QUEUES, BOOTSTRAP_PERMISSIONS
 from ..server.core.timefmt import format_ts
@@ -66,6 +67,7 @@ async def _require_current_schema(url: str) -> None:
 
 
 @click.group()
+@click.version_option(__version__, prog_name="orbit-admin")
 @_db_option
 @click.pass_context
 def cli(ctx: click.Context, database_url: str | None) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from .. import __version__
 from .logs import configure_logging
 
 
@@ -158,6 +159,7 @@ def _run_event_loop(main: Any) -> None:
 
 
 @click.group()
+@click.version_option(__version__, prog_name="orbit")
 def cli() -> None:
     """The Orbit task execution service."""
 

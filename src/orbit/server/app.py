@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -230,6 +231,13 @@ def _no_fastapi_telemetry() -> dict[str, Any]:
     return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
 
 
+def operation_id(route: APIRoute) -> str:
+    """Each operation's `operationId`: its handler's name in camelCase (`createQueue`, `submitTask`),
+    which is what a generated client names its methods by."""
+    head, *rest = route.name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
 def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
     owns_db = db is None
     node = Node.create(settings, db or Database(settings.database_url, pool_size=settings.pool_size))
@@ -277,6 +285,7 @@ def create_app(settings: Settings, db: Database | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        generate_unique_id_function=operation_id,
     )
     app.state.node = node
     _install_error_handlers(app)

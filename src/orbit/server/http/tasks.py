@@ -69,7 +69,7 @@ async def submit_task(request: Request, queue_id: str):
     responses={200: {"model": Envelope[BatchSubmitResult]}, **WRITE_ERRORS},
     summary="Submit up to 500 tasks in one transaction",
 )
-async def submit_batch(request: Request, queue_id: str):
+async def submit_task_batch(request: Request, queue_id: str):
     # A batch is up to 500 submits' work: the node runs only a few at once (`node.batch_submits`),
     # from reading the body to the commit; the others wait their turn within the request's budget.
     async with Call(request) as call, holding(call.node.batch_submits):
