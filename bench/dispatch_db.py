@@ -2,7 +2,7 @@
 
     python bench/dispatch_db.py [--tasks 5000] [--batches 1,10,50,200] [--statements]
 
-Mirrors the table in DESIGN.md: claim + grouped Start + grouped complete through
+Claim + grouped Start + grouped complete through
 the service functions the server uses, one pipeline, on a fresh MariaDB
 database. `--statements` adds per-statement wall times (where the time goes).
 """

@@ -72,7 +72,7 @@ class Sizes:
     ceiling_connections: int
     drain_timeout: float
     peer_drain_tasks: int
-    # controls: application quotas and resource keys near saturation (resources.md)
+    # controls: application quotas and resource keys near saturation
     controls_tasks: int
     controls_queues: int
     controls_keys: int
@@ -84,7 +84,7 @@ class Sizes:
     controls_claim_max_tasks: int
     controls_handler_ms: float
     controls_drain_timeout: float
-    # schedules: N interval schedules firing every second on 2 nodes, no workers (schedules.md)
+    # schedules: N interval schedules firing every second on 2 nodes, no workers
     schedules: int
     schedules_queues: int  # the schedules spread over these, so that no queue's backlog nears its limit
     schedules_create_concurrency: int  # concurrent POST /v1/schedules, over both nodes
@@ -852,7 +852,7 @@ async def controls(ctx: Context) -> None:
     """The application's quotas near saturation (max_concurrency N below what the sessions would
     take, a Start rate R well above reach) and resource keys with few permits, some of them
     popular, over several queues: drain rate and CPU per task, then the limits checked from the
-    stored lease history and the usage rows (resources.md)."""
+    stored lease history and the usage rows."""
     import random
 
     s = ctx.sizes
@@ -1061,7 +1061,7 @@ async def schedules(ctx: Context) -> None:
     servers and MariaDB spend is the scheduler's (plus the nodes' idle loops, measured first).
     Over a window after a warm-up: points handled and tasks generated per second, the lag from a
     trigger point to its task's created_at, CPU per point; then, with the nodes stopped, the run
-    records checked against the schedules, the tasks and the usage counters (schedules.md)."""
+    records checked against the schedules, the tasks and the usage counters."""
     s = ctx.sizes
     n, nq = s.schedules, s.schedules_queues
     cores = os.cpu_count() or 1

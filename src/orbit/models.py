@@ -107,7 +107,7 @@ QueueName = Annotated[
     AfterValidator(check_name),
     WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"}),
 ]
-# A resource key's name follows the queue-name rules (resources.md).
+# A resource key's name follows the queue-name rules.
 ResourceKeyName = QueueName
 Reason = Annotated[
     str,
@@ -427,7 +427,7 @@ def _distinct(names: list[str]) -> list[str]:
     return names
 
 
-# Up to 4 distinct names of resource keys (resources.md).
+# Up to 4 distinct names of resource keys.
 ResourceKeyNames = Annotated[list[ResourceKeyName], Field(max_length=4, json_schema_extra={"uniqueItems": True}),
                              AfterValidator(_distinct)]
 JsonValue = Annotated[Any, AfterValidator(_not_null), WithJsonSchema(
@@ -675,7 +675,7 @@ class TaskBlockers(BaseModel):
 
 
 class MisfirePolicy(StrictRequest):
-    """What becomes of trigger points the scheduler reaches late (schedules.md)."""
+    """What becomes of trigger points the scheduler reaches late."""
 
     policy: Literal["catch_up", "latest"] = Field(
         default="catch_up", description="catch_up: every missed point inside the window; latest: the most recent one"
@@ -685,7 +685,7 @@ class MisfirePolicy(StrictRequest):
 
 
 class TaskTemplate(StrictRequest):
-    """The tasks a schedule generates: the submit fields of tasks.md, with deadlines counted from
+    """The tasks a schedule generates: the fields of a task submit, with deadlines counted from
     the trigger point."""
 
     payload: JsonValue

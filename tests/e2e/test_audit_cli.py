@@ -1,6 +1,6 @@
 """`orbit-admin` writes the audit trail: bootstrap, `credentials create` and `credentials revoke`
 each leave a record in their own transaction, read back through `GET /v1/audit-records` of a
-running `orbit server` (operations.md, Audit)."""
+running `orbit server`."""
 
 from __future__ import annotations
 

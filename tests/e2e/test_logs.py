@@ -1,5 +1,5 @@
 """The logs of a real `orbit dev` run at DEBUG: one JSON line per request and per worker frame,
-and never the token or the application's data (operations.md, "Health and metrics")."""
+and never the token or the application's data."""
 
 from __future__ import annotations
 

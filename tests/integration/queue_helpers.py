@@ -97,7 +97,7 @@ def assert_error(r: httpx.Response, status: int, code: str, field: str | None = 
 
 
 def assert_queue_object(q: dict[str, Any]) -> None:
-    """Every field of the queue object, with the wire types of the spec."""
+    """Every field of the queue object, with its wire types."""
     assert set(q) == QUEUE_FIELDS, sorted(q)
     assert HEX32.match(q["id"]) and HEX32.match(q["namespace_id"])
     assert isinstance(q["name"], str)

@@ -1,4 +1,4 @@
-"""Assertions and builders shared by the black-box task API tests (`tasks.md`)."""
+"""Assertions and builders shared by the black-box task API tests."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def assert_error(r: httpx.Response, status: int, code: str, field: str | None = 
 
 
 def assert_queue_full(r: httpx.Response) -> None:
-    """The exact 429 of queues.md: status, Retry-After and envelope."""
+    """The exact 429 of a full queue: status, Retry-After and envelope."""
     assert r.status_code == 429, (r.status_code, r.text)
     assert r.headers.get("retry-after") == "1", r.headers
     body = envelope(r)
@@ -101,7 +101,7 @@ def in_seconds(seconds: float) -> str:
 
 
 def assert_task_object(t: dict[str, Any], *, queue: dict[str, Any] | None = None) -> None:
-    """Every field of the task object, with the wire types of `tasks.md`."""
+    """Every field of the task object, with its wire types."""
     assert set(t) == TASK_FIELDS, sorted(set(t) ^ TASK_FIELDS)
     assert HEX32.match(t["id"]) and HEX32.match(t["namespace_id"]) and HEX32.match(t["queue_id"]), t
     if queue is not None:

@@ -1,4 +1,4 @@
-"""Application quotas (resources.md): read and configure, and the application's pause."""
+"""Application quotas: read and configure, and the application's pause."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The audit log (operations.md, Audit): `GET /v1/audit-records` over HTTP and through both SDK
+"""The audit log: `GET /v1/audit-records` over HTTP and through both SDK
 clients, on SQLite and MariaDB. Every management write of the API, and orbit-admin's credential
 issue and revoke, shows up with its actor, request, key, reason and snapshots."""
 
@@ -52,7 +52,7 @@ async def every_record(tenant, **params: Any) -> list[dict[str, Any]]:
 
 
 def assert_record(r: dict[str, Any]) -> None:
-    """Every field of an audit record, with the wire types of the spec."""
+    """Every field of an audit record, with its wire types."""
     assert set(r) == FIELDS, sorted(r)
     assert HEX32.match(r["id"]) and HEX32.match(r["resource_id"]) and TIMESTAMP.match(r["time"]), r
     for f in ("actor_credential_id", "request_id"):

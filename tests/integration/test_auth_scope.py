@@ -1,4 +1,4 @@
-"""Bearer authentication, permissions and queue scopes (README.md, queues.md)."""
+"""Bearer authentication, permissions and queue scopes."""
 
 from __future__ import annotations
 

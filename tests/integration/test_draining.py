@@ -1,5 +1,5 @@
 """A draining node (after SIGTERM) answers every HTTP request but /healthz with 503 UNAVAILABLE and
-`Retry-After` (README, errors), on SQLite and MariaDB; nothing a refused write carried is kept.
+`Retry-After`, on SQLite and MariaDB; nothing a refused write carried is kept.
 The SIGTERM path of a real `orbit server` is in tests/cluster/test_worker_lifecycle.py."""
 
 from __future__ import annotations

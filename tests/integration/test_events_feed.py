@@ -1,4 +1,4 @@
-"""The event feed (operations.md, "Events"): numbered after commit, read in seq order exactly once,
+"""The event feed: numbered after commit, read in seq order exactly once,
 long polls, type filters, parameters, permissions, retention and CURSOR_EXPIRED."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HTTP conventions of README.md: media type, body limit, Idempotency-Key, request ids,
+"""HTTP conventions: media type, body limit, Idempotency-Key, request ids,
 error envelopes for unknown routes and methods, health endpoints."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Idempotency of the queue writes (README.md "Idempotency", queues.md)."""
+"""Idempotency of the queue writes."""
 
 from __future__ import annotations
 

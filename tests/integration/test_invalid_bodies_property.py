@@ -1,7 +1,7 @@
 """Property-based: arbitrary invalid bodies and keys never give a 5xx and never change state.
 
-Each generated body is judged by an independent oracle written from the rule tables of
-queues.md; bodies the oracle finds valid are discarded, every other one must be a 400
+Each generated body is judged by an independent oracle written from the field rules of
+the queue requests; bodies the oracle finds valid are discarded, every other one must be a 400
 INVALID_ARGUMENT envelope that leaves the namespace exactly as it was.
 """
 

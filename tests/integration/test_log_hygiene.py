@@ -1,8 +1,7 @@
-"""Logs never carry a token or the application's data (operations.md: "never a token or a
-payload"): a realistic flow with every logger at DEBUG, unique markers in a payload, a result,
-a handler's error message and the parameters of failing statements (in a background loop, a
-request and a worker frame); no log line holds the token or any marker, while the lines that
-describe the flow are there."""
+"""Logs never carry a token or the application's data: a realistic flow with every logger at
+DEBUG, unique markers in a payload, a result, a handler's error message and the parameters of
+failing statements (in a background loop, a request and a worker frame); no log line holds the
+token or any marker, while the lines that describe the flow are there."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GET /metrics (operations.md, "Health and metrics"): the Prometheus text format, per-queue
+"""GET /metrics: the Prometheus text format, per-queue
 gauges that agree with the queue usage view, counters and histograms that move with the work,
 bounded label sets, the per-node cache of the gauges' database read, and the separate listener."""
 

@@ -1,6 +1,6 @@
 """An overloaded node refuses the excess at once: 503 UNAVAILABLE with `Retry-After`, decided from
 memory before anything is read or written; health, readiness, metrics and open worker sessions are
-not held by it (README, operations), on SQLite and MariaDB. The same under a real overload, on a
+not held by it, on SQLite and MariaDB. The same under a real overload, on a
 real node: tests/cluster/test_overload.py."""
 
 from __future__ import annotations

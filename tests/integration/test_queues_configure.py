@@ -1,4 +1,4 @@
-"""POST /v1/queues/{queue_id}:configure — replace every control at once (queues.md)."""
+"""POST /v1/queues/{queue_id}:configure — replace every control at once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /v1/queues: field rules, uniqueness, defaults and the create receipt (queues.md).
+"""POST /v1/queues: field rules, uniqueness, defaults and the create receipt.
 
 Cases of one rule run in one test against one tenant (a test per case would spend
 most of its time building tenants); every assertion names its case.

@@ -1,4 +1,4 @@
-"""GET /v1/queues/{queue_id} and GET /v1/queues (queues.md, README.md pagination)."""
+"""GET /v1/queues/{queue_id} and GET /v1/queues, with pagination."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /v1/queues/{queue_id}:retire — permanent retirement (queues.md)."""
+"""POST /v1/queues/{queue_id}:retire — permanent retirement."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resource controls in dispatch (resources.md): resource-key permits without head-of-line
+"""Resource controls in dispatch: resource-key permits without head-of-line
 blocking, priority aging, node fairness, and the two read views (queue usage, task blockers)."""
 
 from __future__ import annotations

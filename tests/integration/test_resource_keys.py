@@ -1,4 +1,4 @@
-"""Resource key management (resources.md, resource keys and retirement): create, read, list,
+"""Resource key management and retirement: create, read, list,
 configure and retire over HTTP and through both SDK clients, on SQLite and MariaDB.
 
 The permits a key's tasks hold are set directly on its usage row here: their enforcement in
@@ -84,7 +84,7 @@ async def create(tenant, name: str | None = None, **fields: Any) -> dict[str, An
 
 
 def assert_key_object(k: dict[str, Any]) -> None:
-    """Every field of the resource key object, with the wire types of the spec."""
+    """Every field of the resource key object, with its wire types."""
     assert set(k) == FIELDS, sorted(k)
     assert HEX32.match(k["id"]) and HEX32.match(k["namespace_id"])
     assert isinstance(k["name"], str)

@@ -1,4 +1,4 @@
-"""Schedule generation (schedules.md): exactly one task or SKIPPED record per trigger point,
+"""Schedule generation: exactly one task or SKIPPED record per trigger point,
 misfire and overlap policies, backpressure holding the cursor, pause, and template deadlines."""
 
 from __future__ import annotations

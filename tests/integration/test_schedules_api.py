@@ -1,6 +1,6 @@
-"""Schedule management (schedules.md): create, read, list, configure, retire and the run records
+"""Schedule management: create, read, list, configure, retire and the run records
 over HTTP and through both SDK clients, on SQLite and MariaDB; and a queue that a live schedule
-targets cannot retire (queues.md).
+targets cannot retire.
 
 Generation is not tested here: run records are inserted directly, and the cursor the scheduler
 would move is set on the row. Schedules are created with long intervals or daily crons (or
@@ -113,7 +113,7 @@ async def create(tenant, queue, name: str | None = None, **fields: Any) -> dict[
 
 
 def assert_schedule_object(s: dict[str, Any]) -> None:
-    """Every field of the schedule object, with the wire types of the spec."""
+    """Every field of the schedule object, with its wire types."""
     assert set(s) == FIELDS, sorted(s)
     for f in ("id", "namespace_id", "queue_id"):
         assert HEX32.match(s[f]), (f, s[f])

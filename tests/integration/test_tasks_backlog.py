@@ -1,4 +1,4 @@
-"""The backlog sequence of queues.md and the counter invariant, on both backends."""
+"""The backlog sequence of a queue and the counter invariant, on both backends."""
 
 import asyncio
 

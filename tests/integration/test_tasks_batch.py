@@ -1,4 +1,4 @@
-"""POST /v1/queues/{queue_id}/tasks:batch — many tasks, each admitted on its own (tasks.md)."""
+"""POST /v1/queues/{queue_id}/tasks:batch — many tasks, each admitted on its own."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /v1/tasks/{task_id}:cancel (tasks.md)."""
+"""POST /v1/tasks/{task_id}:cancel."""
 
 from __future__ import annotations
 

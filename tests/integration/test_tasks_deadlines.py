@@ -1,4 +1,4 @@
-"""Deadlines of waiting tasks, enforced by the server's sweep (tasks.md)."""
+"""Deadlines of waiting tasks, enforced by the server's sweep."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Task identity (Idempotency-Key) and the backlog limit of a queue (tasks.md, queues.md)."""
+"""Task identity (Idempotency-Key) and the backlog limit of a queue."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GET /v1/tasks/{id}, GET /v1/queues/{id}/tasks, GET /v1/tasks/{id}/attempts (tasks.md)."""
+"""GET /v1/tasks/{id}, GET /v1/queues/{id}/tasks, GET /v1/tasks/{id}/attempts."""
 
 from __future__ import annotations
 

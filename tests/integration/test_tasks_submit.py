@@ -1,4 +1,4 @@
-"""POST /v1/queues/{queue_id}/tasks — validation and the task object (tasks.md, README.md)."""
+"""POST /v1/queues/{queue_id}/tasks — validation and the task object."""
 
 from __future__ import annotations
 

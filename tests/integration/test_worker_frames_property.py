@@ -1,5 +1,5 @@
 """Property-based: whatever a worker sends, each frame gets a reply in the protocol's shape or the
-socket is closed with 1008 (workers.md, "Error codes"), never an unhandled exception; another
+socket is closed with 1008 (policy violation), never an unhandled exception; another
 session on the node claims, starts and completes a task meanwhile and afterwards; nothing is
 logged at error level and no value reaches the database only to be refused there.
 

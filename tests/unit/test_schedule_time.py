@@ -812,8 +812,8 @@ def test_decide_on_a_real_batch_of_due_points():
 
 
 def _generate(t: Timing, cursor: datetime, now: datetime, **policy) -> list[Decision]:
-    """The spec's generation walk with the pure functions: points from the cursor up to now, at
-    most 1000 per batch, the misfire and overlap policies applied to each batch (as
+    """The scheduler's generation walk built from the pure functions: points from the cursor up
+    to now, at most 1000 per batch, the misfire and overlap policies applied to each batch (as
     services/scheduler.py does, one batch per tick)."""
     out: list[Decision] = []
     while cursor is not None and cursor <= now:

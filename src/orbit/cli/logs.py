@@ -6,11 +6,12 @@ values included (MySQL's "Duplicate entry '…'", "… near '…'", and SQLAlche
 So tracebacks are written here with such errors reduced to their class and code, for the JSON
 lines and for the standard library's (uvicorn, asyncio) alike.
 
-URLs are the other way in: a client may put its token in a query string or a path whatever the
-spec says. No line names a raw URL: requests and WebSocket upgrades are logged by the node with
-their route's template, uvicorn's access log is off, and its WebSocket lines (written by its error
-logger at INFO whatever `access_log` says, with the path and query string) are dropped. As a last
-guard every line is written with anything shaped like a token (`orb_…`) redacted.
+URLs are the other way in: a client may put its token in a query string or a path although only
+the Authorization header should carry it. No line names a raw URL: requests and WebSocket
+upgrades are logged by the node with their route's template, uvicorn's access log is off, and
+its WebSocket lines (written by its error logger at INFO whatever `access_log` says, with the
+path and query string) are dropped. As a last guard every line is written with anything shaped
+like a token (`orb_…`) redacted.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The raw worker protocol (`workers.md`) for low-level users: one WebSocket session.
+"""The raw worker protocol for low-level users: one WebSocket session.
 
 `WorkerSession` sends a command frame with a unique message id and awaits the
 reply carrying `reply_to` that id. Pushed frames (`cancel_requested`,
@@ -14,7 +14,7 @@ method therefore accepts an explicit `msg_id`; generated ids are UUID-based so
 that they are globally unique.
 
 A low-level client must never run a task without a successful `start` reply
-and must respect the remaining lease (see `queues.md`). `orbit.Worker` does all
+and must respect the remaining lease. `orbit.Worker` does all
 of that for you.
 """
 

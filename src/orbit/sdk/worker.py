@@ -10,7 +10,7 @@ async def handle(task: orbit.TaskContext):
 worker.run()        # until SIGTERM/SIGINT or worker.stop(), then drain
 ```
 
-Rules the runtime follows (`sdk.md`, `workers.md`, `queues.md`):
+Rules the runtime follows:
 
 - claims only up to free capacity, with long polls, plus a few tasks ahead when
   handlers are short (`prefetch`): a task claimed ahead waits for a free slot

@@ -1,4 +1,4 @@
-"""The spec's error envelope and each code's HTTP status, shared by the HTTP routes and the
+"""The error envelope and each code's HTTP status, shared by the HTTP routes and the
 worker endpoint's refused upgrades (both answer HTTP)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The error vocabulary of the domain: a code from the spec, a message for people, details.
+"""The error vocabulary of the domain: a stable code, a message for people, details.
 
 Services raise (or, in grouped worker commands, return) `DomainError`; `http/` maps the
 code to a status and an envelope, `ws/` to an error reply. Nothing here knows a protocol.

@@ -32,7 +32,8 @@ def resolve_times(
     deadline_at: str | None,
     deadline_seconds: int | None,
 ) -> TaskTimes:
-    """Check the windows of `tasks.md` and turn the inputs into naive-UTC instants."""
+    """Check a task's time windows (availability, start deadline, deadline) and turn the inputs
+    into naive-UTC instants."""
     if deadline_at is not None and deadline_seconds is not None:
         raise TimeRuleError("deadline_seconds", "give deadline_at or deadline_seconds, not both")
     avail = now

@@ -1,4 +1,4 @@
-"""When the deadline sweep must next look at a task (tasks.md: total and start deadlines).
+"""When the deadline sweep must next look at a task (its total and start deadlines).
 
 The sweep finds its work through one indexed column, `tasks.sweep_at`, set when
 a task is accepted and afterwards moved on only by the sweep itself. The hot

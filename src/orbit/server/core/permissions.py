@@ -20,7 +20,7 @@ ALL_PERMISSIONS: tuple[str, ...] = (
     "worker",
 )
 
-# What `orbit-admin bootstrap` grants (operations.md); `worker` only with --worker-access.
+# What `orbit-admin bootstrap` grants; `worker` only with --worker-access.
 BOOTSTRAP_PERMISSIONS: tuple[str, ...] = (
     "queues:read",
     "queues:manage",

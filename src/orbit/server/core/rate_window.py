@@ -1,4 +1,4 @@
-"""The database-held one-second Start window (queues.md, "Rate window").
+"""The database-held one-second Start window (the rate window).
 
 The first successful Start opens a window; the first Start after it ends opens
 the next. Claims reserve window space for leased-but-not-started tasks, so

@@ -1,4 +1,4 @@
-"""Application routes (`resources.md`, application quotas)."""
+"""Application routes: an application's quotas."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The audit log route (operations.md, "Audit").
+"""The audit log route.
 
 Records span every queue of the namespace (their snapshots included), so reading them needs the
-all-queues scope, like the event feed and every list spanning queues (README, authorization).
+all-queues scope, like the event feed and every list spanning queues.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Refusing HTTP requests while the node drains (README errors: 503 UNAVAILABLE, "the node is draining").
+"""Refusing HTTP requests while the node drains: 503 UNAVAILABLE, "the node is draining".
 
 After SIGTERM a node keeps serving its worker sessions until they hold no lease, which can take
 seconds; meanwhile a load balancer may still send it requests. Answering them 503 with

@@ -1,4 +1,4 @@
-"""The event feed route (operations.md, "Events")."""
+"""The event feed route."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`GET /metrics`: the node's metrics in the Prometheus text format.
 
-Unauthenticated, like /healthz beside it in the spec: scrapers carry no Orbit credential and
+Unauthenticated, like /healthz beside it: scrapers carry no Orbit credential and
 the figures name queues by id only, never a payload. Where that is too open, `metrics_listen`
 serves them on a separate address (an internal interface) and takes them off the public
 listener (see `Settings.metrics_on_public_listener`).

@@ -70,7 +70,7 @@ def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 # A resource's id in a path. Any other text is not refused as malformed: it names no resource, 404
-# like an unknown id (README: never reveal existence), or 405 where it reads as an action path.
+# like an unknown id (never reveal existence), or 405 where it reads as an action path.
 _PATH_ID = {"type": "string", "pattern": ID_PATTERN,
             "description": "32 lowercase hex; anything else names no resource (404)"}
 DESCRIPTION = (

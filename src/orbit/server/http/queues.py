@@ -1,4 +1,4 @@
-"""Queue routes (`queues.md`)."""
+"""Queue routes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resource key routes (`resources.md`, resource keys).
+"""Resource key routes.
 
 A key belongs to the namespace, not to a queue: its routes need its permission only, like the
 application's, whatever the credential's queue scope.

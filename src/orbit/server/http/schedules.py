@@ -1,4 +1,4 @@
-"""Schedule routes (`schedules.md`).
+"""Schedule routes.
 
 A schedule is seen through its queue: a credential scoped to some queues creates schedules only
 for them and finds no other (404, or left out of lists).

@@ -1,4 +1,4 @@
-"""Task routes (`tasks.md`): submit, batch submit, reads, cancel."""
+"""Task routes: submit, batch submit, reads, cancel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dashboard's static files at `/ui/` (`operations.md`, Dashboard).
+"""The dashboard's static files at `/ui/`.
 
 Plain files shipped in the package: no build step on the server and nothing fetched from
 elsewhere at run time. The page signs in with a pasted token and calls only the public API,

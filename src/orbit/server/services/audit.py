@@ -1,4 +1,4 @@
-"""Reading the audit trail (operations.md, Audit): a namespace's records, oldest first.
+"""Reading the audit trail: a namespace's records, oldest first.
 
 Records are written by each management operation in its own transaction (`outbox.write_audit`);
 this module only reads them. Ids are time-ordered, so `after` (the last id seen) pages forward.

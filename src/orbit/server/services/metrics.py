@@ -1,4 +1,4 @@
-"""The node's Prometheus metrics (operations.md, "Health and metrics").
+"""The node's Prometheus metrics.
 
 Counters and histograms are process-local and live in one registry here; services bump them
 only after their transaction committed (`Tally`), so a retried or re-planned transaction counts

@@ -1,4 +1,4 @@
-"""Resource key management: create, read, list, configure, retire (resources.md).
+"""Resource key management: create, read, list, configure, retire.
 
 The permits a key's tasks hold are counted in `resource_key_usage`, so they never bump the
 key's `revision` or `updated_at`; their enforcement is in the dispatch and submit paths.

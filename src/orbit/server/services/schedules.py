@@ -1,4 +1,4 @@
-"""Schedule management: create, read, list, configure, retire, and the run records (schedules.md).
+"""Schedule management: create, read, list, configure, retire, and the run records.
 
 The scheduler advances a schedule's cursor (`next_trigger_at`, `due_at`, `last_trigger_at`)
 without a revision; this module sets the cursor only where the timing is defined: at creation,
@@ -43,7 +43,7 @@ Body = CreateScheduleRequest | ConfigureScheduleRequest
 
 
 def schedule_json(row: Any) -> dict[str, Any]:
-    """The schedule object of `schedules.md`; the stored template passes through unparsed."""
+    """The schedule object of the API; the stored template passes through unparsed."""
     interval = row["interval_seconds"]
     return {
         "id": row["id"],

@@ -63,7 +63,7 @@ def _j(text: str | None) -> Any:
 
 
 def task_json(row: Any, payload: Any = None) -> dict[str, Any]:
-    """The task object of `tasks.md`. Stored JSON columns pass through unparsed."""
+    """The task object of the API. Stored JSON columns pass through unparsed."""
     return {
         "id": row["id"],
         "namespace_id": row["namespace_id"],

@@ -21,7 +21,7 @@ from .queues import insert_queue, queue_json
 ENVIRONMENTS = ("development", "staging", "production")
 ADMIN = Actor(name="orbit-admin")
 
-# Defaults for a new application: the maxima of resources.md.
+# Defaults for a new application: the largest quotas an application accepts.
 APP_DEFAULTS = {"max_concurrency": 1_000_000, "rate_per_second": 10_000_000, "max_unfinished_tasks": 100_000_000}
 # The queue that bootstrap creates when it does not exist yet.
 BOOTSTRAP_QUEUE = {"max_concurrency": 100, "rate_per_second": 1000, "max_unfinished_tasks": 100_000}

@@ -1,1 +1,1 @@
-"""Worker protocol over WebSocket (`workers.md`)."""
+"""Worker protocol over WebSocket."""
