@@ -58,3 +58,21 @@ def test_a_debug_dev_run_logs_no_token_or_data(tmp_path, spawn):
     submits = [e for e in events if e.get("event") == "request" and e["route"] == "/v1/queues/{queue_id}/tasks"]
     assert len(submits) == 2 and all(e["status"] == 201 and e["credential_id"] for e in submits)
     assert {e["type"] for e in events if e.get("event") == "frame"} >= {"hello", "claim", "start", "complete"}
+
+
+def test_a_full_queue_is_an_answer_not_a_warning(tmp_path, spawn):
+    """QUEUE_FULL refuses a submit in its group transaction: the refusal is the answer, and the
+    log has nothing to warn about."""
+    data = tmp_path / "orbit-data"
+    dev = spawn("orbit", "dev", "--data-dir", str(data))
+    dev.wait_ready()
+    token = json.loads((data / "credentials.json").read_text())["token"]
+    created = dev.post("/v1/queues", {"name": "full", "max_concurrency": 1, "rate_per_second": 1,
+                                      "max_unfinished_tasks": 1}, token)
+    queue = created.json()["data"]["queue"]["id"]
+    codes = [dev.post(f"/v1/queues/{queue}/tasks", {"payload": i}, token).status_code for i in range(3)]
+    assert codes == [201, 429, 429]
+    assert dev.terminate() == 0
+    warnings = [line for line in (dev.stdout + dev.stderr).splitlines()
+                if line.startswith("{") and json.loads(line).get("level") in ("warning", "error", "critical")]
+    assert warnings == []

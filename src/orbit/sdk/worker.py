@@ -69,6 +69,7 @@ from typing import Any
 
 import orjson
 
+from .client import _credentials_token
 from ._threads import HandlerThreads
 from .errors import APIError, PermanentError, RetryableError, TransportError
 from .failover import Failover
@@ -225,14 +226,6 @@ class _Lease:
         return self.lease["task_id"]
 
 
-def _read_token_file(path: str) -> str:
-    data = json.loads(Path(path).expanduser().read_text())
-    token = data.get("token") if isinstance(data, dict) else None
-    if not isinstance(token, str) or not token:
-        raise ValueError(f"{path}: no 'token' in the credentials file")
-    return token
-
-
 class Worker:
     """Runs one handler for tasks of `queues` with up to `concurrency` tasks at a time.
 
@@ -366,12 +359,13 @@ class Worker:
         url = os.environ.get("ORBIT_URL")
         if not url and not several:
             raise ValueError("ORBIT_URL is not set")
-        token = os.environ.get("ORBIT_TOKEN")
+        token = os.environ.get("ORBIT_TOKEN", "").strip() or None
         creds: dict[str, Any] = {}
-        path = os.environ.get("ORBIT_CREDENTIALS_FILE")
+        path = os.environ.get("ORBIT_CREDENTIALS_FILE", "").strip()
         if path:
+            # The file wins over ORBIT_TOKEN, as in Client.from_env: one process, one identity.
+            token = _credentials_token(str(Path(path).expanduser()))
             creds = json.loads(Path(path).expanduser().read_text())
-            token = token or _read_token_file(path)
         if not token:
             raise ValueError("set ORBIT_CREDENTIALS_FILE or ORBIT_TOKEN")
         if queues is None:

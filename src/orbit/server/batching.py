@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from .errors import DatabaseUnavailable, overloaded
+from .errors import DatabaseUnavailable, DomainError, overloaded
 from .loops import raise_if_cancelled
 from .overload import deadline, waits_until
 
@@ -71,7 +71,8 @@ async def run_group(name: str, run: Callable[[list[C]], Awaitable[list[Any]]],
         replies = await run([c for c, _ in batch])
     except Exception as exc:
         raise_if_cancelled(exc)
-        if not isinstance(exc, DatabaseUnavailable):  # the database's health reports outages, once
+        # The database's health reports outages, once; a refusal (QUEUE_FULL, …) is an answer.
+        if not isinstance(exc, (DatabaseUnavailable, DomainError)):
             log.warning(failed, kind=name, size=len(batch), error=type(exc).__name__)
         if len(batch) == 1 or isinstance(exc, DatabaseUnavailable):
             for _, fut in batch:
