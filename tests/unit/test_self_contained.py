@@ -7,43 +7,22 @@ at something a reader of the repository does not have:
 - an issue or pull-request number: the word issue (or PR, bug, ticket) followed by a number,
   `fixes`, `closes` or `see` followed by `#` and a number, or `#` and a number in parentheses;
 - a Markdown file name that no file of the repository has: a mention of some `name` + `.md` is
-  fine only when a tracked file (or a page under docs/ on disk, which is being written) has that
-  name.
+  fine only when a tracked file (or a page under docs/ on disk) has that name.
 
 URLs are left out before a line is checked: a link to a third-party project's page is not a
 reference to a file of ours. Binary files and the benchmark results (JSON under bench/) are not
 read.
-
-Files that someone else is editing at the moment are checked by their own cases, marked xfail:
-their hits are still reported (as a warning and in the xfail summary), and an entry of PENDING
-goes as soon as its case passes.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-import warnings
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
-
-# Being edited elsewhere right now: their references are fixed there, not here. The pages under
-# docs/ (and the contributing guide and changelog at the root) that README.md, mkdocs.yml, the
-# generated HTTP reference and the note on /metrics in tools/http_reference.py link to are being
-# written: those links are right and pass once the pages are in the tree (and the reference page
-# is regenerated from the current models).
-PENDING = (
-    "README.md",
-    "src/orbit/server/http/tasks.py",
-    "mkdocs.yml",
-    "docs/",
-    "tools/http_reference.py",
-)
 
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 OUTSIDE_PATH = re.compile(r"\.\./shared\b|\bshared/spec\b", re.IGNORECASE)
@@ -56,10 +35,6 @@ ISSUE = re.compile(
     re.IGNORECASE,
 )
 MD_NAME = re.compile(r"[\w.-]+\.md\b")
-
-
-def _is_pending(path: str, entry: str) -> bool:
-    return path.startswith(entry) if entry.endswith("/") else path == entry
 
 
 @cache
@@ -113,18 +88,9 @@ def hits_in(path: str) -> list[str]:
 
 
 def test_no_reference_outside_the_repository() -> None:
-    files = [f for f in tracked_files() if not any(_is_pending(f, p) for p in PENDING)]
+    files = tracked_files()
     assert len(files) > 50, "git ls-files found too few files: is this a checkout?"
     hits = [hit for f in files for hit in hits_in(f)]
-    assert not hits, "references to files or issues outside the repository:\n" + "\n".join(hits)
-
-
-@pytest.mark.xfail(reason="being edited elsewhere; drop the entry from PENDING once it passes", strict=False)
-@pytest.mark.parametrize("entry", PENDING)
-def test_pending_files_name_nothing_outside(entry: str) -> None:
-    hits = [hit for f in tracked_files() if _is_pending(f, entry) for hit in hits_in(f)]
-    if hits:
-        warnings.warn("still to fix in " + entry + ":\n" + "\n".join(hits), stacklevel=1)
     assert not hits, "references to files or issues outside the repository:\n" + "\n".join(hits)
 
 
