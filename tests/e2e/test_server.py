@@ -27,6 +27,19 @@ def test_an_unreachable_database_is_reported_without_its_password():
     assert "hunter2-secret" not in refused.output and "Traceback" not in refused.stderr
 
 
+def test_refused_credentials_fail_at_once_without_waiting(empty_db_url):
+    """A wrong password is a configuration error: said at once, not waited out as an outage."""
+    if not empty_db_url.startswith("mysql"):
+        return
+    url = empty_db_url.replace("mysql://root@", "mysql://root:wrong-password-x9@", 1)
+    started = time.monotonic()
+    refused = cli("orbit", "server", "--database-url", url, "--port", "9", "--database-wait", "60")
+    assert time.monotonic() - started < 20, refused
+    assert refused.returncode == 2, refused
+    assert "Access denied" in refused.stderr and "waiting up to" not in refused.stderr
+    assert "wrong-password-x9" not in refused.output and "Traceback" not in refused.stderr
+
+
 def test_sqlite_node_lifecycle(tmp_path, spawn):
     url = f"sqlite:///{tmp_path / 'node.db'}"
     asyncio.run(migrate.upgrade(url))

@@ -515,6 +515,30 @@ async def test_retire_is_refused_while_tasks_hold_or_reference_the_key(tenant, d
     assert retired["retired_at"] is not None and retired["in_use"] == "0"
 
 
+async def test_retire_is_refused_while_a_live_schedule_names_the_key(tenant, db):
+    """A schedule whose template names a retired key could never generate a task again: the key
+    retires only once no live schedule names it (a name with LIKE's own characters in it, and a
+    schedule naming a key whose name merely contains it, do not confuse the check)."""
+    k = await create(tenant, name=f"sftp_out_{unique_name('k')}")
+    longer = await create(tenant, name=f"x{k['name']}")
+    queue = await tenant.create_queue()
+    schedule = ok(await tenant.post("/v1/schedules", {
+        "name": unique_name("exporter"), "queue_id": queue["id"], "interval_seconds": 3600,
+        "task": {"payload": {"export": True}, "resource_keys": [k["name"]]}}), 201)["schedule"]
+    other = ok(await tenant.post("/v1/schedules", {
+        "name": unique_name("other"), "queue_id": queue["id"], "interval_seconds": 3600,
+        "task": {"payload": 1, "resource_keys": [longer["name"]]}}), 201)["schedule"]
+    before = await state(db, tenant.namespace_id)
+    err = assert_error(await tenant.post(key_path(k, ":retire"), retire_body("1")), 409, "STATE_CONFLICT")
+    assert err["details"] == {"blocker": "schedule", "schedule_id": schedule["id"], "schedule_name": schedule["name"]}
+    assert schedule["name"] in err["message"]
+    assert await state(db, tenant.namespace_id) == before
+
+    ok(await tenant.post(f"/v1/schedules/{schedule['id']}:retire", {"expected_revision": "1", "reason": "done"}))
+    assert ok(await tenant.post(key_path(k, ":retire"), retire_body("1")))["resource_key"]["retired_at"]
+    assert other["retired_at"] is None
+
+
 async def test_concurrent_retires_of_one_key_retire_it_once(tenant, db):
     k = await create(tenant)
     answers = await asyncio.gather(*[tenant.post(key_path(k, ":retire"), retire_body("1")) for _ in range(4)])

@@ -1081,15 +1081,19 @@ async def test_sdk_sync_client_against_a_real_server(app, tenant):
 
 
 async def test_a_template_names_live_keys_of_the_namespace(tenant, db, http):
-    """The names are kept as given; a key retired since the create is refused by a configure."""
+    """The names are kept as given; a key the template names is not retired under it, and a
+    configure refuses a retired key or one of another namespace."""
     queue = await tenant.create_queue()
-    a, b = await resource_key(tenant), await resource_key(tenant)
+    a, b, c = await resource_key(tenant), await resource_key(tenant), await resource_key(tenant)
     s = await create(tenant, queue, task={"payload": 1, "resource_keys": [b["name"], a["name"]]})
     assert s["task"]["resource_keys"] == [b["name"], a["name"]]
     other = await make_tenant(db, http)
     foreign = await resource_key(other)
-    ok(await tenant.post(f"/v1/resource-keys/{a['id']}:retire", {"expected_revision": "1", "reason": "x"}))
-    for names, word in (([a["name"]], "retired"), ([foreign["name"]], "unknown")):
+    err = assert_error(await tenant.post(f"/v1/resource-keys/{a['id']}:retire",
+                                         {"expected_revision": "1", "reason": "x"}), 409, "STATE_CONFLICT")
+    assert err["details"]["schedule_id"] == s["id"]
+    ok(await tenant.post(f"/v1/resource-keys/{c['id']}:retire", {"expected_revision": "1", "reason": "x"}))
+    for names, word in (([c["name"]], "retired"), ([foreign["name"]], "unknown")):
         err = assert_error(await tenant.post(path(s, ":configure"), configure_body(
             "1", task={"payload": 1, "resource_keys": names})), 400, "INVALID_ARGUMENT", "task.resource_keys")
         assert word in err["message"]

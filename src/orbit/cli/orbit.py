@@ -201,9 +201,9 @@ def server(host: str, port: int, database_url: str | None, node_id: str | None, 
 def _schema_check(url: str, wait: float) -> list[tuple[str, str]]:
     """The migrations still pending. A database that does not answer yet (restarting with the
     node, or after it) is waited for, so that a node started during an outage comes up by
-    itself instead of exiting; a bad URL or a refused statement fails at once."""
+    itself instead of exiting; a bad URL, refused credentials or a refused statement fail at once."""
     from ..server.store import migrate
-    from ..server.store.dialect import is_unavailable
+    from ..server.store.dialect import ACCESS_DENIED, is_unavailable, mysql_error_code
 
     deadline = time.monotonic() + wait
     delay = 0.25
@@ -213,7 +213,8 @@ def _schema_check(url: str, wait: float) -> list[tuple[str, str]]:
             return asyncio.run(migrate.pending_migrations(url))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {_without_password(str(exc), url)}"
-            if not is_unavailable(exc) or time.monotonic() + delay > deadline:
+            if (not is_unavailable(exc) or mysql_error_code(exc) in ACCESS_DENIED
+                    or time.monotonic() + delay > deadline):
                 _fail(f"cannot read the schema version: {reason}")
             if not told:
                 click.echo(f"orbit: the database does not answer; waiting up to {wait:.0f}s ({reason})", err=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from ...models import (
     ConfigureResourceKeyRequest,
     CreateResourceKeyRequest,
@@ -19,6 +21,7 @@ from ..core.timefmt import format_ts
 from ..errors import DomainError, not_found, stale_revision, state_conflict
 from ..store.db import Database
 from ..store.queries import resource_keys as key_q
+from ..store.queries import schedules as schedule_q
 from ..store.queries import usage as usage_q
 from ..store.tx import Tx
 from .auth import Principal
@@ -133,6 +136,14 @@ async def retire_resource_key(db: Database, w: WriteRequest, resource_key_id: st
         if unfinished:
             raise state_conflict("unfinished tasks still reference the resource key", blocker="unfinished_tasks",
                                  unfinished_tasks=str(unfinished))
+        # A schedule naming the key could generate no task any more: it would stop without a word.
+        naming = [r for r in await tx.rows(schedule_q.live_mentioning(row["namespace_id"], f'"{row["name"]}"'))
+                  if row["name"] in (orjson.loads(r["task"]).get("resource_keys") or [])]
+        if naming:
+            first = naming[0]
+            raise state_conflict(f"the schedule {first['name']!r} still names the resource key in its task template; "
+                                 "retire it or configure it without the key first", blocker="schedule",
+                                 schedule_id=first["id"], schedule_name=first["name"])
         now = await tx.now()
         before = resource_key_json(row, in_use)
         changes = {"retired_at": now, "updated_at": now, "revision": int(row["revision"]) + 1}

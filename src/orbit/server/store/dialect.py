@@ -28,6 +28,9 @@ SERVER_UNAVAILABLE = frozenset({
     1135, 1152, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1180, 1181, 1184, 1194, 1195, 1203,
     1205, 1213, 1226, 1290, 1317, 1792, 1836, 1927, 1969, 3024, 4031,
 })
+# Access refused (user or password, or rights on the database): once running, as unavailable as a
+# down server (credentials are being rotated); at start-up, a configuration error to say at once.
+ACCESS_DENIED = frozenset({1044, 1045})
 # A statement larger than the server's max_allowed_packet: refused before it ran (the server
 # then drops the connection). Its values are too large to send, not the server unavailable.
 PACKET_TOO_LARGE = 1153

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -75,6 +76,10 @@ async def current_revision(url: str) -> str | None:
         await engine.dispose()
 
 
+
+def _not_primary_key_name_note(record: logging.LogRecord) -> bool:
+    return "ignored for PRIMARY key" not in record.getMessage()
+
 async def upgrade(url: str) -> list[tuple[str, str]]:
     """Apply pending migrations; return what was applied."""
     applied = await pending_migrations(url)
@@ -83,8 +88,10 @@ async def upgrade(url: str) -> list[tuple[str, str]]:
     engine = null_pool_engine(url)
 
     def _run(conn) -> None:
-        # MariaDB notes that it ignores the name of alembic's primary key; that is not news.
+        # MariaDB notes that it ignores the name of alembic's primary key; that is not news
+        # (a Python warning from some drivers, a log record from asyncmy).
         warnings.filterwarnings("ignore", message=".*ignored for PRIMARY key")
+        logging.getLogger("asyncmy").addFilter(_not_primary_key_name_note)
         cfg = _config()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

@@ -19,6 +19,15 @@ def name_taken(namespace_id: str, name: str) -> Stmt:
     return Stmt("SELECT id FROM schedules WHERE namespace_id = ? AND name = ?", (namespace_id, name))
 
 
+def live_mentioning(namespace_id: str, text: str) -> Stmt:
+    """Schedules of the namespace, not retired, whose task template contains `text` (a candidate
+    filter: the caller reads the template to be sure)."""
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    sql = "SELECT id, name, task FROM schedules WHERE namespace_id = ? AND retired_at IS NULL AND task LIKE ?"
+    # MySQL's LIKE escapes with a backslash by default; SQLite's only when told to.
+    return Stmt(sql + " ORDER BY id", (namespace_id, pattern), sqlite=sql + " ESCAPE '\\' ORDER BY id")
+
+
 def by_id(namespace_id: str, schedule_id: str) -> Stmt:
     return Stmt("SELECT * FROM schedules WHERE id = ? AND namespace_id = ?", (schedule_id, namespace_id))
 
