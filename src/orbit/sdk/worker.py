@@ -32,12 +32,15 @@ Rules the runtime follows:
   jitter) only after a whole round of them failed (`failover.py`); on the new
   session it renews its running leases at once, so that pushes follow it;
 - abandons a task whose lease was revoked (no report);
-- on `stop()` or SIGTERM/SIGINT, and on a `drain` push when it has one URL:
-  claims nothing more, releases leases it has not started, lets running
-  handlers finish within the drain deadline, then returns with `drained = True`;
-- on a `drain` push whose reason is `database_unavailable` (the node lost its
-  database), or any `drain` when it has several URLs: reconnects elsewhere
-  instead, keeping what it holds.
+- on `stop()` or SIGTERM/SIGINT: claims nothing more, releases leases it has
+  not started, lets running handlers finish within the drain deadline, then
+  returns with `drained = True`;
+- on a `drain` push (the node is shutting down) with one URL: claims nothing
+  more through that node, finishes and reports its running work through it,
+  and once the node closes the session reconnects through the same URL (a
+  balancer sends it to a ready node) and goes on; with several URLs, or when
+  the node lost its database (`database_unavailable`), it goes on through a new
+  session at once, keeping what it holds.
 
 Logs go to the stdlib logger ``orbit.worker`` as ``event key=value ...`` lines
 (the fields are also attached as ``record.orbit``); payloads, results and
@@ -180,6 +183,7 @@ class _Link:
     url: str
     session: WorkerSession | None = None
     leaving: str | None = None  # the reason of the drain that makes the worker leave this node
+    draining: bool = False  # the node drains: claim nothing through it, finish what runs, then reconnect
 
 
 def _where(url: str) -> str:
@@ -245,13 +249,13 @@ class Worker:
     workers over the nodes.
 
     With one URL, a `drain` pushed by the server (its node is shutting down)
-    ends the run like `stop()` does, bounded by the server's deadline: run the
-    worker under a supervisor (or loop over `arun()`), or give it several
-    URLs, to go on through another node. A `drain` whose reason is
-    `database_unavailable` (the node lost its database) does not: the worker
-    reconnects, through the same URL (a balancer sends it to a ready node),
-    and goes on with what it holds. With several URLs every `drain` makes it
-    go on through the next one.
+    makes the worker claim nothing more through that node while its running
+    handlers finish and report through it; when the node closes the session,
+    the worker reconnects through the same URL (a balancer sends it to a ready
+    node) and goes on: a rolling restart behind a balancer never stops it. A
+    `drain` whose reason is `database_unavailable` (the node lost its database)
+    makes it reconnect at once, keeping what it holds. With several URLs every
+    `drain` makes it go on through the next one at once.
     Sync handlers cannot be interrupted: one still running at the drain
     deadline is abandoned (its lease expires on the server) and `drained` is
     False.
@@ -394,7 +398,7 @@ class Worker:
         asyncio.run(self._run_with_signals())
 
     async def arun(self) -> None:
-        """Run on the current event loop until a drain (stop, signal, server drain) completes."""
+        """Run on the current event loop until a drain (stop or signal) completes."""
         if self._handler is None:
             raise RuntimeError("register a handler with @worker.handler before running")
         if self._running:
@@ -405,6 +409,7 @@ class Worker:
         self._drain_event = asyncio.Event()
         self._hard_stop = asyncio.Event()
         self._session_ready = asyncio.Event()
+        self._link: _Link | None = None
         self._capacity = asyncio.Event()
         with self._lock:
             self._loop = asyncio.get_running_loop()
@@ -649,6 +654,7 @@ class Worker:
                 if link.leaving:  # the node drained while it answered the hello
                     self._leave(link)
                 else:
+                    self._link = link
                     self._session = session
                     self._session_ready.set()
                     if opened > 1:
@@ -660,7 +666,8 @@ class Worker:
                     self._session = None
                     await session.close()
                 wait = failover.lost(time.monotonic())
-                _log(logging.WARNING if not (self._draining or link.leaving) else logging.INFO, "disconnected",
+                _log(logging.WARNING if not (self._draining or link.leaving or link.draining) else logging.INFO,
+                     "disconnected",
                      server=_where(link.url), code=session.close_code, in_flight=len(self._leases),
                      retry_in_s=round(wait, 2))
                 if session.close_code == 4401:
@@ -730,9 +737,10 @@ class Worker:
             self._leave(link)
             return
         if kind == "drain":
-            deadline_ms = msg.get("deadline_ms")
-            timeout = deadline_ms / 1000 if isinstance(deadline_ms, (int, float)) else self.drain_timeout
-            self._request_drain(min(timeout, self.drain_timeout), "server_drain")
+            if not link.draining:
+                link.draining = True
+                _log(logging.INFO, "server_draining", server=_where(link.url), action="finish_then_reconnect",
+                     in_flight=len(self._leases))
             return
         st = self._leases.get(str(msg.get("lease_id")))
         if st is None:
@@ -825,6 +833,10 @@ class Worker:
                     # that one claim asks for all their slots rather than one claim for each.
                     for _ in range(3):
                         await asyncio.sleep(0)
+                continue
+            if self._link is not None and self._link.draining and self._session is self._link.session:
+                # The node drains: nothing more through it; the next session (another node) claims.
+                await self._sleep_unless_draining(0.1)
                 continue
             if self._session is None:
                 ready = asyncio.create_task(self._session_ready.wait())
