@@ -121,18 +121,51 @@ def _seconds_until(ts: datetime | None) -> float | None:
 
 
 _tracer: Any = None
+_otel: Any = None  # (trace, extract, context) once looked up; False without OpenTelemetry
 
 
-@contextlib.contextmanager
-def _attempt_span(ctx: TaskContext) -> Iterator[Any]:
-    """With OpenTelemetry installed, a span for the attempt, child of the submit's trace context
-    (`ctx.traceparent`), current while the handler starts; yields None without it."""
-    try:
-        from opentelemetry import trace
-        from opentelemetry.propagate import extract
-    except ImportError:
-        yield None
+async def _ended(fut: asyncio.Future) -> None:
+    """Until `fut` is done, whatever its outcome (`asyncio.wait` for one future, without its
+    set, waiter and per-call callbacks); a cancellation of the caller leaves `fut` running."""
+    if fut.done():
         return
+    ended = asyncio.get_running_loop().create_future()
+
+    def wake(_: asyncio.Future) -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    fut.add_done_callback(wake)
+    try:
+        await ended
+    finally:
+        fut.remove_done_callback(wake)
+
+
+def _otel_modules() -> Any:
+    global _otel
+    if _otel is None:
+        try:
+            from opentelemetry import context, trace
+            from opentelemetry.propagate import extract
+        except ImportError:
+            _otel = False
+        else:
+            _otel = (trace, extract, context)
+    return _otel
+
+
+def _start_in_attempt_span(ctx: TaskContext, start: Callable[[], Any]) -> tuple[Any, Any]:
+    """`start()` (which creates the handler's task or thread job, copying the current context)
+    inside a span for the attempt, child of the submit's trace context (`ctx.traceparent`);
+    returns its result and the span, None when there is nothing to trace: no OpenTelemetry, or
+    neither a tracer provider set nor a trace to continue."""
+    otel = _otel_modules()
+    if not otel:
+        return start(), None
+    trace, extract, context = otel
+    if not ctx.traceparent and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return start(), None
     global _tracer
     if _tracer is None:  # a proxy until the application sets its provider, then that provider's
         _tracer = trace.get_tracer("orbit.worker")
@@ -140,8 +173,11 @@ def _attempt_span(ctx: TaskContext) -> Iterator[Any]:
     span = _tracer.start_span(
         "orbit.attempt", context=parent, kind=trace.SpanKind.CONSUMER,
         attributes={"orbit.task_id": ctx.id, "orbit.queue_id": ctx.queue_id, "orbit.attempt": ctx.attempt})
-    with trace.use_span(span, end_on_exit=False):
-        yield span
+    token = context.attach(trace.set_span_in_context(span))
+    try:
+        return start(), span
+    finally:
+        context.detach(token)
 
 
 @dataclass
@@ -991,13 +1027,8 @@ class Worker:
         st.ctx = self._make_context(st)
         started = time.monotonic()
         _log(logging.INFO, "task_started", task_id=st.task_id, lease_id=st.lease_id, attempt=st.ctx.attempt)
-        with _attempt_span(st.ctx) as span:
-            # The handler runs in a copy of this context: with OpenTelemetry, inside the attempt's span.
-            if st.is_async:
-                st.handler = asyncio.ensure_future(self._handler(st.ctx))
-            else:
-                assert self._executor is not None
-                st.handler = self._executor.submit(contextvars.copy_context().run, self._handler, st.ctx)
+        # The handler runs in a copy of this context: with OpenTelemetry, inside the attempt's span.
+        st.handler, span = _start_in_attempt_span(st.ctx, functools.partial(self._start_handler, st))
         if span is not None:
             st.handler.add_done_callback(lambda _: span.end())
         if st.cancel_requested:  # a cancel push arrived between Start and now
@@ -1006,7 +1037,7 @@ class Worker:
         # Most handlers end before their first renewal is due: a timer, not a task, waits for it.
         st.renew_timer = asyncio.get_running_loop().call_later(self._first_renewal_in(st), self._start_renewer, st)
         try:
-            await asyncio.wait({st.handler})
+            await _ended(st.handler)
         finally:
             st.renew_timer.cancel()
             if st.renewer is not None:
@@ -1025,6 +1056,13 @@ class Worker:
                  elapsed_s=elapsed)
             return
         await self._report(st, outcome, elapsed)
+
+    def _start_handler(self, st: _Lease) -> asyncio.Future:
+        assert self._handler is not None and st.ctx is not None
+        if st.is_async:
+            return asyncio.ensure_future(self._handler(st.ctx))
+        assert self._executor is not None
+        return self._executor.submit(contextvars.copy_context().run, self._handler, st.ctx)
 
     async def _still_current(self, st: _Lease) -> bool:
         """After a Start answered only on a replay, make sure the lease did not expire meanwhile
