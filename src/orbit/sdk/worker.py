@@ -64,7 +64,7 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,8 +72,8 @@ from typing import Any
 
 import orjson
 
-from .client import _credentials_token
 from ._threads import HandlerThreads
+from .client import _credentials_token
 from .errors import APIError, PermanentError, RetryableError, TransportError
 from .failover import Failover
 from .session import (
