@@ -172,13 +172,16 @@ def _type(schema: dict[str, Any], schemas: dict[str, Any]) -> str:
     return f"{kind} ({fmt})" if fmt and fmt not in ("int32", "int64") else kind
 
 
+def _number(v: Any) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 def _limits(schema: dict[str, Any]) -> list[str]:
     out = []
     for s in [schema, *schema.get("anyOf", [])]:
         if "minimum" in s or "maximum" in s:
             lo, hi = s.get("minimum"), s.get("maximum")
-            fmt = lambda v: str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)  # noqa: E731
-            out.append(f"{fmt(lo) if lo is not None else '…'}–{fmt(hi) if hi is not None else '…'}")
+            out.append(f"{_number(lo) if lo is not None else '…'}–{_number(hi) if hi is not None else '…'}")
         if "minLength" in s or "maxLength" in s:
             out.append(f"{s.get('minLength', 0)}–{s.get('maxLength', '…')} characters")
         if "maxItems" in s:
@@ -230,14 +233,14 @@ def _example(method: str, path: str, op: dict[str, Any], info: Operation) -> lis
 def render(doc: dict[str, Any]) -> str:
     schemas = doc["components"]["schemas"]
     out = ["# HTTP API reference", "",
-           "<!-- Written by tools/http_reference.py from the server's /openapi.json: edit that script, "
-           "not this page. -->", "",
-           "Every operation of the API, grouped as in the OpenAPI document that every node serves at "
+           ("<!-- Written by tools/http_reference.py from the server's /openapi.json: edit that script, "
+            "not this page. -->"), "",
+           ("Every operation of the API, grouped as in the OpenAPI document that every node serves at "
            "`/openapi.json` (the `operationId` is what generated clients name their methods by). Requests "
            "and responses are JSON; successful answers are wrapped as `{\"request_id\": …, \"data\": …}` and "
            "errors as `{\"request_id\": …, \"error\": {\"code\", \"message\", \"details\"}}`. "
            "[Conventions](../http-api.md) explains authentication, idempotency, revisions, pagination, "
-           "strict validation and every error code.", "",
+           "strict validation and every error code."), "",
            "The examples use `$ORBIT_URL` (e.g. `http://127.0.0.1:8080`) and `$TOKEN` (a credential's token).", ""]
     by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for method, path, op in operations(doc):
@@ -248,8 +251,8 @@ def render(doc: dict[str, Any]) -> str:
         for method, path, op in by_tag[tag]:
             info = OPERATIONS[op["operationId"]]
             out += [f"### {op.get('summary', op['operationId'])}", "",
-                    f"`{method} {path}` · operationId `{op['operationId']}` · permission "
-                    f"{'`' + info.permission + '`' if info.permission else 'none'}", ""]
+                    (f"`{method} {path}` · operationId `{op['operationId']}` · permission "
+                     f"{'`' + info.permission + '`' if info.permission else 'none'}"), ""]
             if op.get("description"):
                 out += [op["description"], ""]
             if info.note:
