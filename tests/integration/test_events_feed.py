@@ -8,11 +8,13 @@ from datetime import timedelta
 
 import pytest
 
+from orbit.server.services import dispatch
 from orbit.server.services import events as event_service
 
 from .conftest import make_tenant
 from .queue_helpers import assert_error, ok
 from .test_worker_protocol import base, submit  # noqa: F401
+from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
 
@@ -51,6 +53,29 @@ async def test_events_are_read_once_in_seq_order(tenant):
     page = await feed(tenant, after=cursor)
     assert [e["resource_id"] for e in page["items"] if e["type"] == "task.submitted"] == more
     assert int(page["items"][0]["seq"]) == int(cursor) + 1
+
+
+async def test_a_lease_that_ends_unstarted_gives_its_task_back_with_an_event(tenant, base):  # noqa: F811
+    """Every state change has its event: LEASED -> WAITING too, when the worker releases the lease
+    (`released`) or it expires before any Start (`lease_expired`)."""
+    q = await tenant.create_queue()
+    released_id, expired_id = await submit(tenant, q["id"], 2)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        c = await w.call("claim", queue_id=q["id"], max_tasks=2, lease_ms=1000)
+        by_task = {t["task_id"]: t["lease_id"] for t in c["tasks"]}
+        assert (await w.call("release", lease_id=by_task[released_id]))["ok"]
+        await asyncio.sleep(1.1)
+        assert await dispatch.recover_expired_leases(tenant.db) >= 1
+    await number(tenant)
+    items, _ = await drain_feed(tenant, type="task.released")
+    got = {e["resource_id"]: e["data"] for e in items}
+    assert got == {
+        released_id: {"task_id": released_id, "queue_id": q["id"], "state": "WAITING",
+                      "lease_id": by_task[released_id], "reason": "released"},
+        expired_id: {"task_id": expired_id, "queue_id": q["id"], "state": "WAITING",
+                     "lease_id": by_task[expired_id], "reason": "lease_expired"},
+    }
 
 
 async def test_type_filters_and_a_cursor_past_other_types(tenant):

@@ -1071,6 +1071,7 @@ def _release(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Complet
         return _refused(refusal)
     w.task(task["id"], state=states.WAITING, updated_at=now)
     _give_back(w, lease, task)
+    w.events.append(_task_event(task, "task.released", states.WAITING, lease_id=lease["id"], reason="released"))
     answer = {"task_state": states.WAITING}
     response = orjson.dumps(answer).decode()
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome="RELEASED", reserved=False,
@@ -1110,6 +1111,8 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
             if lease["state"] == LEASED:
                 w.task(task["id"], state=states.WAITING, updated_at=now)
                 w.lease(lease["id"], state=ENDED, ended_at=now, outcome="EXPIRED", reserved=False, push_pending=True)
+                w.events.append(_task_event(task, "task.released", states.WAITING, lease_id=lease["id"],
+                                            reason="lease_expired"))
                 continue
             error = {"code": "LEASE_LOST", "message": "the lease expired while the attempt was running"}
             w.lease(lease["id"], state=ENDED, ended_at=now, outcome="LEASE_LOST", error=orjson.dumps(error).decode(),

@@ -4,7 +4,7 @@ import { clear, field, fmtTime, h, link, shortId } from "../dom.js";
 import { errorText, section } from "./common.js";
 
 const TYPES = ["task.submitted", "task.leased", "task.started", "task.retry_scheduled", "task.succeeded", "task.failed",
-  "task.cancel_requested", "task.cancelled", "task.needs_review", "task.reviewed", "task.lease_lost", "queue.*",
+  "task.cancel_requested", "task.cancelled", "task.needs_review", "task.reviewed", "task.lease_lost", "task.released", "queue.*",
   "schedule.*", "resource_key.*", "application.configured"];
 const KEEP = 500;
 
