@@ -271,6 +271,37 @@ async def test_filters_and_paging_after_the_last_id(tenant):
     assert (await records(empty, action="queue.create")) == {"items": [], "next_after": None}
 
 
+async def test_a_record_that_commits_late_is_not_behind_a_cursor(tenant):
+    """Records are read in commit order: a transaction whose record was made first (an earlier id)
+    but commits after another one's still comes after a cursor already past that other record."""
+    if tenant.db.dialect != "mysql":
+        pytest.skip("concurrent writers: SQLite has a single one")
+    from orbit.server.services.outbox import Actor, write_audit
+
+    ns = tenant.namespace["id"]
+    written, release = asyncio.Event(), asyncio.Event()
+    slow_resource = new_id()
+
+    async def slow(tx):
+        await write_audit(tx, Actor(name="slow"), namespace_id=ns, action="queue.configure",
+                          resource_type="queue", resource_id=slow_resource, reason="slow")
+        written.set()
+        await release.wait()
+
+    late = asyncio.create_task(tenant.db.transaction(slow))
+    await written.wait()
+    q = await tenant.create_queue()  # its record has a later id, and commits first
+    page = await records(tenant)
+    cursor = page["next_after"]
+    assert page["items"][-1]["resource_id"] == q["id"]
+    assert slow_resource not in [r["resource_id"] for r in page["items"]]
+    release.set()
+    await late
+    after = await records(tenant, after=cursor)
+    assert [r["resource_id"] for r in after["items"]] == [slow_resource]
+    assert after["items"][0]["id"] < cursor  # made first, read after
+
+
 async def test_the_default_limit_is_100_and_the_maximum_1000(tenant):
     for _ in range(101):
         await tenant.create_queue()

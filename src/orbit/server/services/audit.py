@@ -1,7 +1,8 @@
-"""Reading the audit trail: a namespace's records, oldest first.
+"""Reading the audit trail: a namespace's records in the order they committed.
 
-Records are written by each management operation in its own transaction (`outbox.write_audit`);
-this module only reads them. Ids are time-ordered, so `after` (the last id seen) pages forward.
+Records are written by each management operation in its own transaction (`outbox.write_audit`),
+which numbers them in its namespace's log as it commits; this module only reads them. `after` (the
+last id seen) pages forward in that order, so a record that commits late is never behind a cursor.
 """
 
 from __future__ import annotations

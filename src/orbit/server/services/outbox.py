@@ -40,13 +40,14 @@ async def write_audit(
     before: Any = None,
     after: Any = None,
 ) -> None:
-    await tx.defer(audit.insert({
+    for stmt in audit.insert({
         "id": new_id(), "namespace_id": namespace_id, "time": await tx.now(),
         "actor_credential_id": actor.credential_id, "actor": actor.name, "action": action,
         "resource_type": resource_type, "resource_id": resource_id, "reason": reason,
         "request_id": actor.request_id, "idempotency_key": actor.idempotency_key,
         "before": _json(before), "after": _json(after),
-    }))
+    }):
+        await tx.defer(stmt)
 
 
 async def emit(tx: Tx, *, namespace_id: str, type: str, resource_type: str, resource_id: str, data: Any) -> None:

@@ -142,9 +142,17 @@ audit_records = Table(
     Column("idempotency_key", AsciiKey, nullable=True),
     Column("before", JsonText, nullable=True),
     Column("after", JsonText, nullable=True),
-    Index("ix_audit_records_namespace_id", "namespace_id", "id"),
-    Index("ix_audit_records_resource_id", "resource_id", "id"),
-    Index("ix_audit_records_namespace_action", "namespace_id", "action", "id"),
+    Column("seq", U64, nullable=True),
+    Index("ix_audit_records_namespace_seq", "namespace_id", "seq"),
+    Index("ix_audit_records_resource_id", "resource_id", "seq"),
+    Index("ix_audit_records_namespace_action", "namespace_id", "action", "seq"),
+)
+
+audit_sequencers = Table(
+    "audit_sequencers",
+    metadata,
+    Column("namespace_id", Id, primary_key=True),
+    Column("last_seq", U64, nullable=False),
 )
 
 events = Table(

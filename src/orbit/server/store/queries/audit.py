@@ -10,11 +10,27 @@ COLUMNS = ("id", "namespace_id", "time", "actor_credential_id", "actor", "action
            "reason", "request_id", "idempotency_key", "before", "after")
 
 
-def insert(values: dict[str, Any]) -> Stmt:
+# The next number of a namespace's audit log. The row stays locked until the commit, so the
+# transactions of a namespace that write audit records take their numbers in commit order.
+_NEXT_SEQ = ("INSERT INTO audit_sequencers (namespace_id, last_seq) VALUES (?, 1) "
+             "ON DUPLICATE KEY UPDATE last_seq = last_seq + 1")
+_NEXT_SEQ_SQLITE = ("INSERT INTO audit_sequencers (namespace_id, last_seq) VALUES (?, 1) "
+                    "ON CONFLICT (namespace_id) DO UPDATE SET last_seq = last_seq + 1")
+
+
+def insert(values: dict[str, Any]) -> list[Stmt]:
+    """The record, numbered in its namespace's log (a record without a namespace has no number)."""
     # `before` is a reserved word in MariaDB; SQLite takes backticks too.
-    columns = ", ".join(f"`{c}`" for c in COLUMNS)
-    return Stmt(f"INSERT INTO audit_records ({columns}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                [values.get(c) for c in COLUMNS])
+    columns = ", ".join(f"`{c}`" for c in (*COLUMNS, "seq"))
+    params = [values.get(c) for c in COLUMNS]
+    namespace_id = values.get("namespace_id")
+    if namespace_id is None:
+        return [Stmt(f"INSERT INTO audit_records ({columns}) VALUES ({', '.join('?' * len(COLUMNS))}, NULL)", params)]
+    return [
+        Stmt(_NEXT_SEQ, (namespace_id,), sqlite=_NEXT_SEQ_SQLITE),
+        Stmt(f"INSERT INTO audit_records ({columns}) VALUES ({', '.join('?' * len(COLUMNS))}, "
+             "(SELECT last_seq FROM audit_sequencers WHERE namespace_id = ?))", [*params, namespace_id]),
+    ]
 
 
 _READ_COLUMNS = ", ".join(f"`{c}`" for c in COLUMNS if c != "namespace_id")
@@ -22,8 +38,10 @@ _READ_COLUMNS = ", ".join(f"`{c}`" for c in COLUMNS if c != "namespace_id")
 
 def page(namespace_id: str, *, resource_id: str | None, action: str | None, after_id: str | None, limit: int
          ) -> Stmt:
-    """Up to `limit` records of the namespace after `after_id`, oldest first (ids are time-ordered). Each
-    filter has an index ending in `id`: (resource_id, id), (namespace_id, action, id), (namespace_id, id)."""
+    """Up to `limit` records of the namespace after the record `after_id`, in commit order (`seq`). An id
+    that names no record of the namespace stands for the last record whose id is not above it (ids are
+    time-ordered). Each filter has an index ending in `seq`: (resource_id, seq), (namespace_id, action,
+    seq), (namespace_id, seq)."""
     where = ["namespace_id = ?"]
     params: list[Any] = [namespace_id]
     if resource_id is not None:
@@ -33,7 +51,9 @@ def page(namespace_id: str, *, resource_id: str | None, action: str | None, afte
         where.append("action = ?")
         params.append(action)
     if after_id is not None:
-        where.append("id > ?")
-        params.append(after_id)
+        where.append("seq > COALESCE((SELECT seq FROM audit_records WHERE id = ? AND namespace_id = ?), "
+                     "(SELECT COALESCE(MAX(seq), 0) FROM audit_records WHERE namespace_id = ? AND id <= ?))")
+        params += [after_id, namespace_id, namespace_id, after_id]
     params.append(limit)
-    return Stmt(f"SELECT {_READ_COLUMNS} FROM audit_records WHERE {' AND '.join(where)} ORDER BY id LIMIT ?", params)
+    return Stmt(f"SELECT {_READ_COLUMNS} FROM audit_records WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+                params)
