@@ -108,6 +108,32 @@ async def test_per_queue_gauges_agree_with_the_usage_view(tenant, http, base):  
     assert (await scrape(http)).queue(idle["id"], ns) == dict.fromkeys(QUEUE_GAUGES, 0)
 
 
+async def test_limits_pause_and_how_long_due_work_has_waited(tenant, http):
+    q = await tenant.create_queue(max_concurrency=5, rate_per_second=50, max_unfinished_tasks=70)
+    ns = tenant.namespace_id
+
+    def limits(s: Scrape) -> dict[str, float | None]:
+        return {g: s.value(f"orbit_queue_{g}", queue_id=q["id"], namespace_id=ns)
+                for g in ("max_concurrency", "rate_per_second", "max_unfinished_tasks", "paused",
+                          "oldest_waiting_seconds")}
+
+    assert limits(await scrape(http)) == {"max_concurrency": 5, "rate_per_second": 50, "max_unfinished_tasks": 70,
+                                          "paused": 0, "oldest_waiting_seconds": 0}
+    later = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    await submit(tenant, q["id"], 1, available_at=later)  # not due: it has not waited yet
+    assert limits(await scrape(http))["oldest_waiting_seconds"] == 0
+    await submit(tenant, q["id"], 2)
+    await asyncio.sleep(1.1)
+    assert 1.0 <= limits(await scrape(http))["oldest_waiting_seconds"] < 60
+    ok(await tenant.post(f"/v1/queues/{q['id']}:configure", {
+        "expected_revision": "1", "reason": "hold", "paused": True, "max_concurrency": 6, "rate_per_second": 60,
+        "max_unfinished_tasks": 80}))
+    now = limits(await scrape(http))
+    assert (now["paused"], now["max_concurrency"], now["rate_per_second"], now["max_unfinished_tasks"]) == \
+        (1, 6, 60, 80)
+    assert (await scrape(http)).value("orbit_database_available") == 1
+
+
 async def test_queue_labels_name_live_queues_only(tenant, http):
     kept = await tenant.create_queue()
     gone = await tenant.create_queue()

@@ -214,6 +214,12 @@ _QUEUE_GAUGES = (
     ("orbit_queue_needs_review_tasks", "Tasks waiting for a review after a lost lease."),
     ("orbit_queue_permits_in_use", "Concurrency permits held (leased or running)."),
     ("orbit_queue_rate_window_used", "Starts counted in the queue's open one-second rate window."),
+    ("orbit_queue_oldest_waiting_seconds", "How long the queue's longest-waiting due task has been due "
+                                           "(0 without one): work that does not get claimed."),
+    ("orbit_queue_paused", "1 while the queue is paused."),
+    ("orbit_queue_max_concurrency", "The queue's concurrency limit."),
+    ("orbit_queue_rate_per_second", "The queue's Start rate limit."),
+    ("orbit_queue_max_unfinished_tasks", "The queue's backlog limit."),
 )
 
 
@@ -228,20 +234,26 @@ def render_queue_gauges(queues: list[dict[str, Any]], counts: list[dict[str, Any
     which with 10,000 queues (80,000 samples) held the event loop for a third of a second."""
     n: dict[tuple[str, str], int] = {}
     not_due: dict[str, int] = {}
+    due_since: dict[str, Any] = {}
     for r in counts:
         n[(r["queue_id"], r["state"])] = int(r["n"])
         if r["state"] == states.WAITING:
             not_due[r["queue_id"]] = int(r["not_due"])
-    values: list[tuple[str, tuple[int, ...]]] = []
+            due_since[r["queue_id"]] = r["due_since_at"]
+    values: list[tuple[str, tuple[float, ...]]] = []
     for q in queues:
         qid = q["queue_id"]
         delayed = not_due.get(qid, 0)
         window = RateWindow(q["rate_window_start"], int(q["rate_window_used"]), int(q["rate_reserved"]))
         labels = f'{{queue_id="{_label(qid)}",namespace_id="{_label(q["namespace_id"])}"}} '
+        since = due_since.get(qid)
+        oldest = max(0.0, (q["db_now"] - since).total_seconds()) if since is not None else 0
         values.append((labels, (int(q["unfinished"]), n.get((qid, states.WAITING), 0) - delayed, delayed,
                                 n.get((qid, states.LEASED), 0), n.get((qid, states.RUNNING), 0),
                                 n.get((qid, states.NEEDS_REVIEW), 0), int(q["permits_in_use"]),
-                                window.used_now(q["db_now"]))))
+                                window.used_now(q["db_now"]), oldest, int(bool(q["paused"])),
+                                int(q["max_concurrency"]), int(q["rate_per_second"]),
+                                int(q["max_unfinished_tasks"]))))
     out: list[str] = []
     for i, (name, help_) in enumerate(_QUEUE_GAUGES):
         out.append(f"# HELP {name} {help_}\n# TYPE {name} gauge\n")
@@ -315,6 +327,9 @@ class _NodeGauges:
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         yield GaugeMetricFamily("orbit_worker_sessions", "Worker WebSocket sessions open on this node.",
                                 value=self.sessions())
+        yield GaugeMetricFamily("orbit_database_available", "1 while this node reaches its database; 0 during an "
+                                "outage (it answers 503 UNAVAILABLE and has drained its workers).",
+                                value=1 if self.db.health.available else 0)
         if self.load is not None:
             load = self.load()
             yield GaugeMetricFamily("orbit_http_requests_in_progress", "HTTP requests in progress on this node "

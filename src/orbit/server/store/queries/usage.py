@@ -75,20 +75,23 @@ def held_counts(queue_id: str) -> Stmt:
 def live_queue_rows() -> Stmt:
     """Every queue not retired with its usage counters and the database clock: the per-queue
     gauges of one metrics read, for all queues at once."""
-    return Stmt("SELECT q.id AS queue_id, q.namespace_id, u.unfinished, u.permits_in_use, u.rate_window_start, "
+    return Stmt("SELECT q.id AS queue_id, q.namespace_id, q.paused, q.max_concurrency, q.rate_per_second, "
+                "q.max_unfinished_tasks, u.unfinished, u.permits_in_use, u.rate_window_start, "
                 "u.rate_window_used, u.rate_reserved, {NOW} AS db_now "
                 "FROM queues q JOIN queue_usage u ON u.queue_id = q.id WHERE q.retired_at IS NULL")
 
 
 def live_state_counts() -> Stmt:
-    """Unfinished tasks per queue and state, with the waiting ones not yet due. Only queues whose
+    """Unfinished tasks per queue and state, with the waiting ones not yet due and when the longest
+    waiting due one became due. Only queues whose
     `unfinished` counter is above zero are looked into, each with one range of the dispatch index
     (which holds `available_at`) per unfinished state: finished tasks are never read. The join
     order is fixed, so that neither backend scans the index whole instead."""
     states = ("(SELECT 'WAITING' AS state UNION ALL SELECT 'LEASED' UNION ALL SELECT 'RUNNING' "
               "UNION ALL SELECT 'NEEDS_REVIEW') s")
     select = ("SELECT t.queue_id, t.state, COUNT(*) AS n, COALESCE(SUM(CASE WHEN t.state = 'WAITING' "
-              "AND t.available_at > {NOW} THEN 1 ELSE 0 END), 0) AS not_due ")
+              "AND t.available_at > {NOW} THEN 1 ELSE 0 END), 0) AS not_due, "
+              "MIN(CASE WHEN t.state = 'WAITING' AND t.available_at <= {NOW} THEN t.available_at END) AS due_since_at ")
     group = " GROUP BY t.queue_id, t.state"
     return Stmt(f"{select}FROM queue_usage u STRAIGHT_JOIN {states} STRAIGHT_JOIN tasks t "
                 "FORCE INDEX (ix_tasks_dispatch) ON t.queue_id = u.queue_id AND t.state = s.state "
