@@ -492,3 +492,30 @@ async def test_sessions_answer_through_plain_asgi_sends_too(tenant, db, db_url):
         assert (await w.call("complete", lease_id=first["lease_id"], outcome="succeeded"))["task_state"] == "SUCCEEDED"
         assert (await w.call("release", lease_id=second["lease_id"]))["task_state"] == "WAITING"
     assert (await task(tenant, ids[0]))["state"] == "SUCCEEDED"
+
+
+async def test_a_claim_leases_each_task_once_while_another_claim_changes_the_known_levels(
+        tenant, base, monkeypatch):
+    """A claim reads the priority levels it did not cover in its first read. Another claim of the
+    node may update what the node knows of the queue's levels meanwhile: the missing levels are
+    reckoned against what this claim read, and a task read twice is still leased once."""
+    from orbit.server.services import dispatch
+    from orbit.server.store.tx import Tx
+
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    ids = [*await submit(tenant, q["id"], 2, priority=5), *await submit(tenant, q["id"], 2, priority=7)]
+    dispatch._levels_seen.pop(q["id"], None)  # this node's first claim on the queue reads every level
+    first_read = Tx.rows_multi
+
+    async def meanwhile(self, stmts):
+        rows = await first_read(self, stmts)
+        dispatch._levels_seen[q["id"]] = 1 << 5  # another claim saw only level 5 before level 7 came
+        return rows
+
+    monkeypatch.setattr(Tx, "rows_multi", meanwhile)
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        leased = [t["task_id"] for t in (await w.call("claim", queue_id=q["id"], max_tasks=10))["tasks"]]
+    assert sorted(leased) == sorted(ids) and len(set(leased)) == 4
+    u = await usage(tenant, q["id"])
+    assert (u["permits_in_use"], u["rate_reserved"]) == (4, 4)

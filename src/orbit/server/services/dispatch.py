@@ -170,12 +170,15 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
     queue_ids = sorted(by_queue)
     app_ids = sorted({c.who.principal.application_id for c in commands})
     reads = [claim_q.receipts(keys), queue_q.controls(queue_ids)]
+    # The levels each queue's first read covers: another claim of this node may change
+    # `_levels_seen` before this one reads the levels it missed.
+    read_levels = {qid: _levels_seen.get(qid, ALL_LEVELS) for qid in queue_ids}
     if optimistic:
         # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as its
         # claims could take in the same round trip; the grants then decide how many are used.
         reads += [usage_q.queue_rows(queue_ids, clock=True), usage_q.application_rows(app_ids),
                   key_q.nodes(queue_ids)]
-        reads += [task_q.claimable(qid, _wanted(commands, by_queue[qid]), levels=_levels_seen.get(qid, ALL_LEVELS),
+        reads += [task_q.claimable(qid, _wanted(commands, by_queue[qid]), levels=read_levels[qid],
                                    skip_locked=True) for qid in queue_ids]
     prior, control_rows, *rest = await tx.rows_multi(reads)
     notes: list[Stmt] = []
@@ -209,8 +212,8 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
         for qid in live:
             # Levels this node did not know the queue has: read them too (rare: a new priority).
             levels = int(snapshots[qid]["priority_levels"])
-            missing = levels & ~_levels_seen.get(qid, ALL_LEVELS)
-            _levels_seen[qid] = levels
+            missing = levels & ~read_levels[qid]
+            _levels_seen[qid] = _levels_seen.get(qid, 0) | levels
             if missing:
                 picks[qid] = picks[qid] + await tx.rows(task_q.claimable(
                     qid, _wanted(commands, live[qid]), levels=missing, skip_locked=True))
@@ -310,7 +313,8 @@ async def _take(tx: Tx, queue_id: str, grant: int, first: list[dict[str, Any]], 
     `MAX_PARKING_SCAN` rows: each blocked task is read once, then no claim reads it again
     until its key gives a permit back."""
     taken: list[dict[str, Any]] = []
-    rows = in_dispatch_order(first, now)
+    # One row per task whatever read it: a task listed twice would be leased twice.
+    rows = in_dispatch_order(list({r["id"]: r for r in first}.values()), now)
     exhausted = _exhausted(first, limit)
     scanned = 0
     while True:
