@@ -44,7 +44,10 @@ def text_bytes(text: str) -> int:
     return len(text) if text.isascii() else 4 * len(text)
 
 
-_SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"  # how SQLite stores timestamps as text (text order = time order)
+def sqlite_timestamp(value: datetime) -> str:
+    """How SQLite stores a timestamp: `YYYY-MM-DD HH:MM:SS.ffffff` text, so that text order is time
+    order (isoformat, not strftime: `%Y` does not zero-pad years before 1000 on glibc)."""
+    return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
 def is_timestamp_column(name: str) -> bool:
@@ -77,7 +80,7 @@ def _resolve(sql: str, dialect: str) -> str:
 
 def _sqlite_param(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.strftime(_SQLITE_TS)
+        return sqlite_timestamp(value)
     if isinstance(value, bool):
         return int(value)
     return value
@@ -148,7 +151,7 @@ class Tx:
     def _sqlite_clock(self) -> str:
         if self._now is None:
             self._now = datetime.now(timezone.utc).replace(tzinfo=None)
-        return "'" + self._now.strftime(_SQLITE_TS) + "'"
+        return "'" + sqlite_timestamp(self._now) + "'"
 
     # ---------------------------------------------------------------- statements
 
