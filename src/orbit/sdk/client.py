@@ -481,7 +481,8 @@ def _stuck_cursor(request: HTTPRequest) -> APIError:
 # ---------------------------------------------------------------- configuration shared by both clients
 
 
-def _credentials_token(path: str) -> str:
+def _read_credentials(path: str) -> dict[str, Any]:
+    """The credentials file's fields, its "token" checked and stripped."""
     try:
         with open(path, "rb") as f:
             creds = json.loads(f.read())
@@ -490,7 +491,11 @@ def _credentials_token(path: str) -> str:
     token = creds.get("token") if isinstance(creds, dict) else None
     if not isinstance(token, str) or not token.strip():
         raise ValueError(f"ORBIT_CREDENTIALS_FILE {path!r} has no \"token\" string")
-    return token.strip()
+    return {**creds, "token": token.strip()}
+
+
+def _credentials_token(path: str) -> str:
+    return _read_credentials(path)["token"]
 
 
 def _env_settings() -> tuple[str, str | None]:

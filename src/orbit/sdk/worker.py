@@ -54,7 +54,6 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import json
 import logging
 import os
 import random
@@ -73,7 +72,7 @@ from typing import Any
 import orjson
 
 from ._threads import HandlerThreads
-from .client import _credentials_token
+from .client import _read_credentials
 from .errors import APIError, PermanentError, RetryableError, TransportError
 from .failover import Failover
 from .session import (
@@ -404,8 +403,8 @@ class Worker:
         path = os.environ.get("ORBIT_CREDENTIALS_FILE", "").strip()
         if path:
             # The file wins over ORBIT_TOKEN, as in Client.from_env: one process, one identity.
-            token = _credentials_token(str(Path(path).expanduser()))
-            creds = json.loads(Path(path).expanduser().read_text())
+            creds = _read_credentials(str(Path(path).expanduser()))
+            token = creds["token"]
         if not token:
             raise ValueError("set ORBIT_CREDENTIALS_FILE or ORBIT_TOKEN")
         if queues is None:

@@ -21,16 +21,14 @@ _NEXT_SEQ_SQLITE = ("INSERT INTO audit_sequencers (namespace_id, last_seq) VALUE
 def insert(values: dict[str, Any]) -> list[Stmt]:
     """The record, numbered in its namespace's log (a record without a namespace has no number)."""
     # `before` is a reserved word in MariaDB; SQLite takes backticks too.
-    columns = ", ".join(f"`{c}`" for c in (*COLUMNS, "seq"))
+    head = f"INSERT INTO audit_records ({', '.join(f'`{c}`' for c in (*COLUMNS, 'seq'))}) " \
+           f"VALUES ({', '.join('?' * len(COLUMNS))}, "
     params = [values.get(c) for c in COLUMNS]
     namespace_id = values.get("namespace_id")
     if namespace_id is None:
-        return [Stmt(f"INSERT INTO audit_records ({columns}) VALUES ({', '.join('?' * len(COLUMNS))}, NULL)", params)]
-    return [
-        Stmt(_NEXT_SEQ, (namespace_id,), sqlite=_NEXT_SEQ_SQLITE),
-        Stmt(f"INSERT INTO audit_records ({columns}) VALUES ({', '.join('?' * len(COLUMNS))}, "
-             "(SELECT last_seq FROM audit_sequencers WHERE namespace_id = ?))", [*params, namespace_id]),
-    ]
+        return [Stmt(head + "NULL)", params)]
+    return [Stmt(_NEXT_SEQ, (namespace_id,), sqlite=_NEXT_SEQ_SQLITE),
+            Stmt(head + "(SELECT last_seq FROM audit_sequencers WHERE namespace_id = ?))", [*params, namespace_id])]
 
 
 _READ_COLUMNS = ", ".join(f"`{c}`" for c in COLUMNS if c != "namespace_id")
