@@ -73,6 +73,15 @@ class WorkerProtocolError(OrbitError):
         self.retry_after_ms = retry_after_ms
 
 
+def reply_result(reply: dict[str, Any]) -> dict[str, Any]:
+    """A command's reply without `reply_to`/`ok`; `WorkerProtocolError` for `ok: false`."""
+    if not reply.get("ok"):
+        err = reply.get("error") or {}
+        raise WorkerProtocolError(str(err.get("code") or "UNKNOWN"), str(err.get("message") or ""),
+                                  err.get("retry_after_ms"))
+    return {k: v for k, v in reply.items() if k not in ("reply_to", "ok")}
+
+
 class WorkerConnectionClosed(TransportError):
     """The session closed (or a reply did not come in time) before the command was answered.
 
@@ -419,11 +428,30 @@ class WorkerSession:
             timer.cancel()
             if fut.cancelled() and self._waiting.get(msg_id) is fut:  # its caller was cancelled
                 self._waiting.pop(msg_id, None)
-        if not reply.get("ok"):
-            err = reply.get("error") or {}
-            raise WorkerProtocolError(str(err.get("code") or "UNKNOWN"), str(err.get("message") or ""),
-                                      err.get("retry_after_ms"))
-        return {k: v for k, v in reply.items() if k not in ("reply_to", "ok")}
+        return reply_result(reply)
+
+    def send_nowait(self, type_: str, msg_id: str, fields: dict[str, Any]) -> asyncio.Future | None:
+        """Send one command frame now, without a task waiting for it: the future of its raw
+        reply (pass it to `reply_result`), failed with `WorkerConnectionClosed` like `call`.
+        None when the frame cannot leave at once (closing, or the socket's buffer is full):
+        use `call` then."""
+        if self._closed.is_set() or not self._direct:
+            return None
+        frame = orjson.dumps({"type": type_, "id": msg_id, **fields})
+        try:
+            if not self._ws.send_now(frame):
+                return None
+        except ConnectionClosed:
+            return None
+        fut = self._waiting.get(msg_id)
+        if fut is None or fut.done():
+            fut = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(_retrieve)
+            self._waiting[msg_id] = fut
+        timer = asyncio.get_running_loop().call_later(self.reply_timeout, self._expire, msg_id, fut, type_,
+                                                      self.reply_timeout)
+        fut.add_done_callback(lambda _: timer.cancel())
+        return fut
 
     def _expire(self, msg_id: str, fut: asyncio.Future, type_: str, limit: float) -> None:
         if fut.done():

@@ -77,6 +77,7 @@ from .errors import APIError, PermanentError, RetryableError, TransportError
 from .failover import Failover
 from .session import (
     SDK_NAME,
+    reply_result,
     WorkerConnectionClosed,
     WorkerProtocolError,
     WorkerSession,
@@ -251,7 +252,9 @@ class _Lease:
     grace_timer: asyncio.TimerHandle | None = None
     is_async: bool = True
     holds_slot: bool = False  # counted in Worker._busy
-    slot: asyncio.Future | None = None  # claimed ahead: resolved True with a slot, False to give it back
+    ahead_timer: asyncio.TimerHandle | None = None  # claimed ahead: when it is given back if no slot frees
+    start_msg_id: str | None = None  # one per lease: every resend of its Start is a replay
+    started_mono: float = 0.0  # when its handler began
     renew_now: asyncio.Event = field(default_factory=asyncio.Event)  # set on a new session
     renewer: asyncio.Task | None = None  # only once the handler has run long enough to need a renewal
     renew_timer: asyncio.TimerHandle | None = None
@@ -610,14 +613,12 @@ class Worker:
             grace_end = time.monotonic() + (min(5.0, max(1.0, self.cancel_grace)) if connected else 0.5)
             await self._wait_until(lambda: not self._leases, lambda: max(0.0, grace_end - time.monotonic()))
         leftover = list(self._leases.values())
+        self._leases.clear()  # what they still do is not reported
         for st in leftover:
             self._abandoned += 1
             _log(logging.WARNING, "lease_abandoned_at_shutdown", task_id=st.task_id, lease_id=st.lease_id,
                  started=st.started)
-            if st.runner is not None:
-                st.runner.cancel()
-            if st.handler is not None and st.is_async:
-                st.handler.cancel()
+            self._drop(st)
         for st in leftover:
             if st.runner is not None:
                 with contextlib.suppress(BaseException):
@@ -636,11 +637,22 @@ class Worker:
             await asyncio.sleep(min(0.05, left))
 
     def _abort_all(self) -> None:
-        for st in list(self._leases.values()):
-            if st.runner is not None:
-                st.runner.cancel()
-            if st.handler is not None and st.is_async:
-                st.handler.cancel()
+        leases = list(self._leases.values())
+        self._leases.clear()
+        for st in leases:
+            self._drop(st)
+
+    @staticmethod
+    def _drop(st: _Lease) -> None:
+        """Stop everything the worker does for a lease it abandons."""
+        for timer in (st.renew_timer, st.grace_timer, st.ahead_timer):
+            if timer is not None:
+                timer.cancel()
+        for task in (st.runner, st.renewer):
+            if task is not None:
+                task.cancel()
+        if st.handler is not None and st.is_async:
+            st.handler.cancel()
 
     # ------------------------------------------------------------ internals: connection
 
@@ -809,11 +821,15 @@ class Worker:
         st.holds_slot = False
         while self._ahead:
             nxt = self._ahead.popleft()
-            if nxt.slot is not None and not nxt.slot.done():
-                nxt.holds_slot = True
-                nxt.slot.set_result(True)
-                self._capacity.set()
-                return
+            if nxt.ahead_timer is not None:
+                nxt.ahead_timer.cancel()
+                nxt.ahead_timer = None
+            if self._leases.get(nxt.lease_id) is not nxt:
+                continue
+            nxt.holds_slot = True
+            self._capacity.set()
+            self._begin(nxt)
+            return
         self._busy -= 1
         self._capacity.set()
 
@@ -833,27 +849,48 @@ class Worker:
         avg = self._handler_s
         self._handler_s = seconds if avg is None else 0.8 * avg + 0.2 * seconds
 
+    def _hold_ahead(self, st: _Lease) -> None:
+        """A task claimed ahead waits for a slot, at most a quarter of its lease and never so
+        long that its Start could not come in time; then it is given back."""
+        wait = min(self.lease_ms / 4000, self._start_limit(st) - time.monotonic() - 1.0)
+        self._ahead.append(st)
+        st.ahead_timer = asyncio.get_running_loop().call_later(max(0.0, wait), self._give_back, st, "no_free_slot")
+
+    def _give_back(self, st: _Lease, reason: str) -> None:
+        if st.ahead_timer is not None:
+            st.ahead_timer.cancel()
+            st.ahead_timer = None
+        with contextlib.suppress(ValueError):
+            self._ahead.remove(st)
+        self._spawn(st, self._release_and_finish(st, reason))
+
     def _give_back_ahead(self) -> None:
         """Draining: the tasks claimed ahead go back to their queue rather than wait for a slot."""
-        for st in self._ahead:
-            if st.slot is not None and not st.slot.done():
-                st.slot.set_result(False)
-        self._ahead.clear()
+        for st in list(self._ahead):
+            self._give_back(st, "draining")
 
-    async def _wait_for_slot(self, st: _Lease) -> bool:
-        """A task claimed ahead waits for a slot, at most a quarter of its lease and never so
-        long that its Start could not come in time; False: it is given back."""
-        assert st.slot is not None
-        wait = min(self.lease_ms / 4000, self._start_limit(st) - time.monotonic() - 1.0)
+    async def _release_and_finish(self, st: _Lease, reason: str) -> None:
         try:
-            async with asyncio.timeout(max(0.0, wait)):  # see WorkerSession.call
-                return await st.slot
-        except TimeoutError:
-            return False
+            if not st.revoked:
+                await self._release(st, reason)
         finally:
-            if not st.holds_slot:
-                with contextlib.suppress(ValueError):
-                    self._ahead.remove(st)
+            self._finish(st)
+
+    def _spawn(self, st: _Lease, work: Any) -> None:
+        """Go on with the lease in a task of its own: the paths that wait (backoffs, resends,
+        releases); a lease's usual path is driven by its replies, without a task."""
+        st.runner = asyncio.get_running_loop().create_task(work, name=f"orbit-task-{st.task_id}")
+
+    def _finish(self, st: _Lease) -> None:
+        """The lease is done with here (reported, released, refused or abandoned)."""
+        if st.grace_timer is not None:
+            st.grace_timer.cancel()
+        if st.ahead_timer is not None:
+            st.ahead_timer.cancel()
+            st.ahead_timer = None
+        if self._leases.get(st.lease_id) is st:
+            del self._leases[st.lease_id]
+        self._free_slot(st)
 
     async def _claim_loop(self) -> None:
         rr = 0
@@ -905,14 +942,13 @@ class Worker:
                 if lease["lease_id"] in self._leases:
                     continue
                 self._leases[st.lease_id] = st
+                _log(logging.DEBUG, "leased", task_id=st.task_id, lease_id=st.lease_id, attempt=lease.get("attempt"))
                 if self._busy < self.concurrency and not self._ahead:
                     st.holds_slot = True
                     self._busy += 1
+                    self._begin(st)
                 else:
-                    st.slot = asyncio.get_running_loop().create_future()
-                    self._ahead.append(st)
-                _log(logging.DEBUG, "leased", task_id=st.task_id, lease_id=st.lease_id, attempt=lease.get("attempt"))
-                st.runner = asyncio.create_task(self._run_lease(st), name=f"orbit-task-{st.task_id}")
+                    self._hold_ahead(st)
 
     async def _sleep_unless_draining(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -921,14 +957,51 @@ class Worker:
 
     # ------------------------------------------------------------ internals: one lease
 
-    async def _run_lease(self, st: _Lease) -> None:
+    def _begin(self, st: _Lease) -> None:
+        """The lease has a slot: ask for its Start. Its reply, the handler's end and the
+        report's reply each call the next step; anything unusual goes on in `_run_lease`."""
+        session = self._session
+        if st.revoked or self._draining or session is None:
+            self._spawn(st, self._run_lease(st))
+            return
+        st.start_msg_id = new_message_id("start")
+        st.start_unknown = True
+        fut = session.send_nowait("start", st.start_msg_id, {"lease_id": st.lease_id})
+        if fut is None:
+            self._spawn(st, self._run_lease(st))
+            return
+        fut.add_done_callback(functools.partial(self._on_start_reply, st))
+
+    def _on_start_reply(self, st: _Lease, fut: asyncio.Future) -> None:
+        if self._leases.get(st.lease_id) is not st:
+            return  # the worker stopped and abandoned it
         try:
-            if not st.holds_slot and not await self._wait_for_slot(st):
-                if not st.revoked:
-                    await self._release(st, "draining" if self._draining else "no_free_slot")
-                return
-            if await self._start(st):
-                await self._execute(st)
+            receipt = reply_result(fut.result())
+        except (WorkerProtocolError, WorkerConnectionClosed) as exc:
+            self._spawn(st, self._run_lease(st, first=exc))
+            return
+        except Exception:
+            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
+            self._finish(st)
+            return
+        st.start_unknown = False
+        st.started = True
+        st.receipt = receipt
+        self._run_handler(st)
+
+    async def _run_lease(self, st: _Lease, first: BaseException | None = None) -> None:
+        """A lease's Start when it cannot be asked for at once or was not granted at once:
+        backoffs, resends after a reconnect, releases. With `first`: the Start already sent
+        was answered with that error."""
+        running = False
+        try:
+            if await self._start(st, first):
+                if st.resent and not await self._still_current(st):
+                    return
+                if st.revoked:
+                    raise _Gone()
+                self._run_handler(st)
+                running = True
         except _Gone:
             _log(logging.INFO, "lease_abandoned", task_id=st.task_id, lease_id=st.lease_id, reason="revoked")
         except asyncio.CancelledError:
@@ -936,10 +1009,8 @@ class Worker:
         except Exception:
             log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
         finally:
-            if st.grace_timer is not None:
-                st.grace_timer.cancel()
-            self._leases.pop(st.lease_id, None)
-            self._free_slot(st)
+            if not running:
+                self._finish(st)
 
     def _start_limit(self, st: _Lease) -> float:
         """Local monotonic time by which a Start must be authorized (lease end or start deadline)."""
@@ -950,9 +1021,12 @@ class Worker:
                 limit = min(limit, time.monotonic() + left)
         return limit
 
-    async def _start(self, st: _Lease) -> bool:
+    async def _start(self, st: _Lease, first: BaseException | None = None) -> bool:
         """Obtain the Start authorization (same message id on every retry), or release/abandon."""
-        msg_id = new_message_id("start")
+        if st.start_msg_id is None:
+            st.start_msg_id = new_message_id("start")
+        msg_id = st.start_msg_id
+        backoff = 0.2
         while True:
             if st.revoked:
                 return False
@@ -961,8 +1035,18 @@ class Worker:
                 return False
             st.start_unknown = True
             try:
+                if first is not None:
+                    exc, first = first, None
+                    raise exc
                 receipt = await self._command("start", msg_id, st, lease_id=st.lease_id)
+            except WorkerConnectionClosed:  # the Start sent by `_begin`: resend it, same id
+                st.resent = True
+                continue
             except WorkerProtocolError as exc:
+                if exc.code == "UNAVAILABLE":  # as `_command` does for the ones it sends
+                    await asyncio.sleep(max(backoff, (exc.retry_after_ms or 0) / 1000) * random.uniform(0.8, 1.3))
+                    backoff = min(backoff * 2, 5.0)
+                    continue
                 if exc.code in _START_BACKOFF:
                     st.start_unknown = False
                     delay = max(0.05, (exc.retry_after_ms or 1000) / 1000) * random.uniform(1.0, 1.25) + 0.01
@@ -1019,12 +1103,11 @@ class Worker:
             traceparent=lease.get("traceparent"),
         )
 
-    async def _execute(self, st: _Lease) -> None:
+    def _run_handler(self, st: _Lease) -> None:
+        """Call the handler for the started attempt; `_handler_done` follows it."""
         assert self._handler is not None
-        if st.resent and not await self._still_current(st):
-            return
         st.ctx = self._make_context(st)
-        started = time.monotonic()
+        st.started_mono = time.monotonic()
         _log(logging.INFO, "task_started", task_id=st.task_id, lease_id=st.lease_id, attempt=st.ctx.attempt)
         # The handler runs in a copy of this context: with OpenTelemetry, inside the attempt's span.
         st.handler, span = _start_in_attempt_span(st.ctx, functools.partial(self._start_handler, st))
@@ -1035,26 +1118,83 @@ class Worker:
             self._arm_grace(st)
         # Most handlers end before their first renewal is due: a timer, not a task, waits for it.
         st.renew_timer = asyncio.get_running_loop().call_later(self._first_renewal_in(st), self._start_renewer, st)
-        try:
-            await _ended(st.handler)
-        finally:
+        st.handler.add_done_callback(functools.partial(self._handler_done, st))
+
+    def _handler_done(self, st: _Lease, _: asyncio.Future) -> None:
+        if self._leases.get(st.lease_id) is not st:
+            return  # the worker stopped and abandoned it
+        if st.renew_timer is not None:
             st.renew_timer.cancel()
-            if st.renewer is not None:
-                st.renewer.cancel()
-                with contextlib.suppress(BaseException):
-                    await st.renewer
-            if st.grace_timer is not None:
-                st.grace_timer.cancel()
+        if st.grace_timer is not None:
+            st.grace_timer.cancel()
+        if st.renewer is not None:  # a long handler: its renewals stop before the report leaves
+            self._spawn(st, self._after_renewer(st))
+            return
+        try:
+            self._attempt_ended(st)
+        except Exception:
+            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
+            self._finish(st)
+
+    async def _after_renewer(self, st: _Lease) -> None:
+        assert st.renewer is not None
+        st.renewer.cancel()
+        with contextlib.suppress(BaseException):
+            await st.renewer
+        try:
+            self._attempt_ended(st)
+        except Exception:
+            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
+            self._finish(st)
+
+    def _attempt_ended(self, st: _Lease) -> None:
+        """Free the slot, then report the outcome (none for a revoked lease)."""
         self._free_slot(st)
-        ran = time.monotonic() - started
+        ran = time.monotonic() - st.started_mono
         self._handler_ended(ran)
         outcome = self._outcome(st)
         elapsed = round(ran, 3)
         if st.revoked:
             _log(logging.WARNING, "task_abandoned", task_id=st.task_id, lease_id=st.lease_id, reason="lease revoked",
                  elapsed_s=elapsed)
+            self._finish(st)
             return
-        await self._report(st, outcome, elapsed)
+        msg_id = new_message_id("complete")
+        fields: dict[str, Any] = {"lease_id": st.lease_id, "outcome": outcome["outcome"]}
+        if outcome["outcome"] == "succeeded":
+            fields["result"] = outcome.get("result")
+        elif outcome["outcome"] == "failed":
+            fields["error"] = {"message": outcome["error"], "retryable": outcome["retryable"]}
+        self._unacked[msg_id] = {"task_id": st.task_id, "lease_id": st.lease_id, "outcome": outcome["outcome"]}
+        session = self._session
+        fut = session.send_nowait("complete", msg_id, fields) if session is not None else None
+        if fut is None:
+            self._spawn(st, self._report(st, msg_id, fields, elapsed))
+            return
+        fut.add_done_callback(functools.partial(self._on_report_reply, st, msg_id, fields, elapsed))
+
+    def _on_report_reply(self, st: _Lease, msg_id: str, fields: dict[str, Any], elapsed: float,
+                         fut: asyncio.Future) -> None:
+        if self._leases.get(st.lease_id) is not st:
+            return
+        try:
+            reply = reply_result(fut.result())
+        except WorkerConnectionClosed:
+            st.resent = True
+            self._spawn(st, self._report(st, msg_id, fields, elapsed))
+            return
+        except WorkerProtocolError as exc:
+            if exc.code == "UNAVAILABLE":
+                self._spawn(st, self._report(st, msg_id, fields, elapsed, delay=0.2))
+                return
+            self._reported(st, msg_id, fields, elapsed, None, exc)
+            return
+        except Exception:
+            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
+            self._unacked.pop(msg_id, None)
+            self._finish(st)
+            return
+        self._reported(st, msg_id, fields, elapsed, reply, None)
 
     def _start_handler(self, st: _Lease) -> asyncio.Future:
         assert self._handler is not None and st.ctx is not None
@@ -1117,25 +1257,34 @@ class Worker:
             log.warning("handler raised task_id=%s", st.task_id, exc_info=(type(exc), exc, exc.__traceback__))
         return {"outcome": "failed", "error": message[:_MAX_ERROR_CHARS], "retryable": retryable}
 
-    async def _report(self, st: _Lease, outcome: dict[str, Any], elapsed: float) -> None:
-        msg_id = new_message_id("complete")
-        fields: dict[str, Any] = {"lease_id": st.lease_id, "outcome": outcome["outcome"]}
-        if outcome["outcome"] == "succeeded":
-            fields["result"] = outcome.get("result")
-        elif outcome["outcome"] == "failed":
-            fields["error"] = {"message": outcome["error"], "retryable": outcome["retryable"]}
-        self._unacked[msg_id] = {"task_id": st.task_id, "lease_id": st.lease_id, "outcome": outcome["outcome"]}
+    async def _report(self, st: _Lease, msg_id: str, fields: dict[str, Any], elapsed: float,
+                      delay: float = 0.0) -> None:
+        """Send (again, same message id) a report that could not leave or was not answered."""
+        reply: dict[str, Any] | None = None
+        error: WorkerProtocolError | None = None
         try:
+            if delay:
+                await asyncio.sleep(delay * random.uniform(0.8, 1.3))
             reply = await self._command("complete", msg_id, **fields)
         except WorkerProtocolError as exc:
-            level = logging.WARNING if exc.code == "LEASE_LOST" else logging.ERROR
-            _log(level, "report_refused", task_id=st.task_id, lease_id=st.lease_id, outcome=outcome["outcome"],
-                 code=exc.code)
-        else:
-            _log(logging.INFO, "task_reported", task_id=st.task_id, lease_id=st.lease_id, outcome=outcome["outcome"],
-                 task_state=reply.get("task_state"), elapsed_s=elapsed)
-        finally:
+            error = exc
+        except BaseException:  # cancelled: the worker stops
             self._unacked.pop(msg_id, None)
+            self._finish(st)
+            raise
+        self._reported(st, msg_id, fields, elapsed, reply, error)
+
+    def _reported(self, st: _Lease, msg_id: str, fields: dict[str, Any], elapsed: float,
+                  reply: dict[str, Any] | None, error: WorkerProtocolError | None) -> None:
+        if error is not None:
+            level = logging.WARNING if error.code == "LEASE_LOST" else logging.ERROR
+            _log(level, "report_refused", task_id=st.task_id, lease_id=st.lease_id, outcome=fields["outcome"],
+                 code=error.code)
+        elif reply is not None:
+            _log(logging.INFO, "task_reported", task_id=st.task_id, lease_id=st.lease_id, outcome=fields["outcome"],
+                 task_state=reply.get("task_state"), elapsed_s=elapsed)
+        self._unacked.pop(msg_id, None)
+        self._finish(st)
 
     def _first_renewal_in(self, st: _Lease) -> float:
         """A third of the lease, or at once when the lease is nearer its end than that (e.g. a
@@ -1216,5 +1365,10 @@ class Worker:
             self._set_event(st)
         if st.handler is not None and st.is_async and not st.handler.done():
             st.handler.cancel()
-        elif st.handler is None and st.runner is not None and not st.started and not st.start_unknown:
-            st.runner.cancel()
+        elif st.handler is None and not st.started and not st.start_unknown:
+            if st.ahead_timer is not None:  # claimed ahead: it never gets a slot
+                with contextlib.suppress(ValueError):
+                    self._ahead.remove(st)
+                self._finish(st)
+            elif st.runner is not None:
+                st.runner.cancel()
