@@ -115,6 +115,18 @@ def render(data: dict[str, Any], order: list[str]) -> str:
         if batch_ceiling and batch:
             out.append(f"orbit batch submit / 500-row INSERT ceiling        {batch / batch_ceiling:>10.3f}")
 
+    # ---- where a drain's CPU goes
+    cpu_rows = [r for r in rows if r["scenario"] == "drain" and r["system"] == "orbit"
+                and _metric(r, "server_cpu_us_per_task") is not None]
+    if cpu_rows:
+        out.append("")
+        out.append("CPU per drained task, us (from the first lease; all share the machine's cores)")
+        out.append("-" * 100)
+        out.append(f"{'drain':<52} {'server':>10} {'mariadb':>10} {'workers':>10} {'total':>10}")
+        for r in cpu_rows:
+            parts = [_metric(r, f"{k}_cpu_us_per_task") or 0 for k in ("server", "mariadb", "workers")]
+            out.append(f"{r['case']:<52} " + " ".join(f"{_fmt(v):>10}" for v in [*parts, sum(parts)]))
+
     # ---- performance targets
     tg: list[tuple[str, float | None, str, bool | None]] = []
     if drain is not None:
