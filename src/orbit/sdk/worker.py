@@ -77,11 +77,11 @@ from .errors import APIError, PermanentError, RetryableError, TransportError
 from .failover import Failover
 from .session import (
     SDK_NAME,
-    reply_result,
     WorkerConnectionClosed,
     WorkerProtocolError,
     WorkerSession,
     new_message_id,
+    reply_result,
 )
 
 __all__ = ["TaskContext", "Worker"]
