@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 from datetime import datetime
 
+import orjson
 import pytest
 import uvicorn
 import websockets
@@ -401,6 +402,72 @@ async def test_a_revoked_lease_is_abandoned_without_a_report(tenant, server, mon
     assert (t["state"], t["attempts"], t["error"]["code"]) == ("NEEDS_REVIEW", 1, "LEASE_LOST")
     (a,) = await attempts_of(tenant, tid)
     assert a["outcome"] == "LEASE_LOST" and a["late_reports"] == []  # nothing was reported
+
+
+async def test_a_handler_longer_than_its_lease_is_renewed_and_succeeds(tenant, server, monkeypatch):
+    q = await tenant.create_queue()
+    (tid,) = await submit(tenant, q["id"], 1)
+    renewals: list[str] = []
+    real_call = WorkerSession.call
+
+    async def call(self, type_, *, msg_id=None, timeout=None, **fields):
+        if type_ == "renew":
+            renewals.append(msg_id)
+        return await real_call(self, type_, msg_id=msg_id, timeout=timeout, **fields)
+
+    monkeypatch.setattr(WorkerSession, "call", call)
+    w = make_worker(server, tenant, [q["id"]], concurrency=1, lease_ms=2000)
+
+    @w.handler
+    async def handle(task: orbit.TaskContext):
+        await asyncio.sleep(4.5)  # over two leases: only renewals keep it
+        return "done"
+
+    async with running(w):
+        (t,) = await wait_states(tenant, [tid])
+    assert (t["state"], t["attempts"], t["result"]) == ("SUCCEEDED", 1, "done")
+    assert len(renewals) >= 3 and len(set(renewals)) == len(renewals)
+
+
+async def test_a_start_whose_reply_never_comes_is_sent_again_with_the_same_id(tenant, server, monkeypatch):
+    """The first Start frame is lost on its way: after the reply timeout the worker sends it
+    again with the same message id, and the task runs once."""
+    from orbit.sdk import session as session_mod
+
+    q = await tenant.create_queue()
+    (tid,) = await submit(tenant, q["id"], 1)
+    starts: list[tuple[str, bool]] = []
+    real_send_now = session_mod._Connection.send_now
+    real_call = WorkerSession.call
+
+    def send_now(self, text):
+        frame = orjson.loads(text)
+        if frame.get("type") == "start":
+            lost = not starts
+            starts.append((frame["id"], lost))
+            if lost:
+                return True  # "sent", never reaches the server
+        return real_send_now(self, text)
+
+    async def call(self, type_, *, msg_id=None, timeout=None, **fields):
+        if type_ == "start":
+            starts.append((msg_id, False))
+        return await real_call(self, type_, msg_id=msg_id, timeout=timeout, **fields)
+
+    monkeypatch.setattr(session_mod._Connection, "send_now", send_now)
+    monkeypatch.setattr(WorkerSession, "call", call)
+    runs: list[int] = []
+    w = make_worker(server, tenant, [q["id"]], concurrency=1, reply_timeout=1.0)
+
+    @w.handler
+    async def handle(task: orbit.TaskContext):
+        runs.append(task.attempt)
+
+    async with running(w):
+        (t,) = await wait_states(tenant, [tid])
+    assert (t["state"], t["attempts"], runs) == ("SUCCEEDED", 1, [1])
+    ids = {msg_id for msg_id, _ in starts}
+    assert starts[0][1] and len(starts) >= 2 and len(ids) == 1, starts
 
 
 # ---------------------------------------------------------------- Start backoff, release, drain

@@ -21,6 +21,7 @@ of that for you.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import itertools
@@ -243,6 +244,9 @@ class WorkerSession:
         self.reply_timeout = reply_timeout
         self.pushes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._waiting: dict[str, asyncio.Future] = {}
+        # (deadline, msg_id, future, type) of the commands sent with `send_nowait`, in sending order.
+        self._due: collections.deque[tuple[float, str, asyncio.Future, str]] = collections.deque()
+        self._sweeper: asyncio.TimerHandle | None = None
         self._send_lock = asyncio.Lock()
         self._closed = asyncio.Event()
         self._direct = isinstance(ws, _Connection)
@@ -333,6 +337,10 @@ class WorkerSession:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._due.clear()
         with contextlib.suppress(Exception):
             self.close_code = self._ws.close_code
             self.close_reason = self._ws.close_reason or ""
@@ -443,15 +451,37 @@ class WorkerSession:
                 return None
         except ConnectionClosed:
             return None
+        loop = asyncio.get_running_loop()
         fut = self._waiting.get(msg_id)
         if fut is None or fut.done():
-            fut = asyncio.get_running_loop().create_future()
+            fut = loop.create_future()
             fut.add_done_callback(_retrieve)
             self._waiting[msg_id] = fut
-        timer = asyncio.get_running_loop().call_later(self.reply_timeout, self._expire, msg_id, fut, type_,
-                                                      self.reply_timeout)
-        fut.add_done_callback(lambda _: timer.cancel())
+        # One timer per session, not per command: commands share the reply timeout, so their
+        # deadlines come in the order they were sent, and answered ones are dropped as they lead.
+        due = self._due
+        while due and due[0][2].done():
+            due.popleft()
+        due.append((loop.time() + self.reply_timeout, msg_id, fut, type_))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._sweep_every(), self._sweep_due)
         return fut
+
+    def _sweep_every(self) -> float:
+        return min(1.0, self.reply_timeout / 4)
+
+    def _sweep_due(self) -> None:
+        """Fail the commands sent with `send_nowait` whose reply did not come in time."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due = self._due
+        while due and (due[0][2].done() or due[0][0] <= now):
+            _, msg_id, fut, type_ = due.popleft()
+            if not fut.done():
+                self._expire(msg_id, fut, type_, self.reply_timeout)
+        if due and not self._closed.is_set():
+            self._sweeper = loop.call_later(self._sweep_every(), self._sweep_due)
 
     def _expire(self, msg_id: str, fut: asyncio.Future, type_: str, limit: float) -> None:
         if fut.done():

@@ -257,7 +257,7 @@ class _Lease:
     started_mono: float = 0.0  # when its handler began
     renew_now: asyncio.Event = field(default_factory=asyncio.Event)  # set on a new session
     renewer: asyncio.Task | None = None  # only once the handler has run long enough to need a renewal
-    renew_timer: asyncio.TimerHandle | None = None
+    renew_at: float | None = None  # monotonic time of its first renewal, while its handler runs without one
 
     @property
     def lease_id(self) -> str:
@@ -485,6 +485,9 @@ class Worker:
                 await self._session.close()
             if self._executor is not None:
                 self._executor.shutdown()
+            if self._renew_tick is not None:
+                self._renew_tick.cancel()
+                self._renew_tick = None
             with self._lock:
                 self._running = False
                 self._stop_early = False
@@ -546,6 +549,7 @@ class Worker:
         self._signals = 0
         self._fatal: BaseException | None = None
         self._closing: set[asyncio.Task] = set()
+        self._renew_tick: asyncio.TimerHandle | None = None
         self._failover: Failover | None = None
 
     async def _run_with_signals(self) -> None:
@@ -645,7 +649,8 @@ class Worker:
     @staticmethod
     def _drop(st: _Lease) -> None:
         """Stop everything the worker does for a lease it abandons."""
-        for timer in (st.renew_timer, st.grace_timer, st.ahead_timer):
+        st.renew_at = None
+        for timer in (st.grace_timer, st.ahead_timer):
             if timer is not None:
                 timer.cancel()
         for task in (st.runner, st.renewer):
@@ -727,8 +732,8 @@ class Worker:
         for st in self._leases.values():
             if st.started:
                 st.renew_now.set()
-                if st.renewer is None and st.renew_timer is not None:
-                    st.renew_timer.cancel()
+                if st.renewer is None and st.renew_at is not None:
+                    st.renew_at = None
                     self._start_renewer(st)
 
     async def _current_session(self, abort_on_drain: bool = False) -> WorkerSession:
@@ -1116,15 +1121,21 @@ class Worker:
         if st.cancel_requested:  # a cancel push arrived between Start and now
             self._set_event(st)
             self._arm_grace(st)
-        # Most handlers end before their first renewal is due: a timer, not a task, waits for it.
-        st.renew_timer = asyncio.get_running_loop().call_later(self._first_renewal_in(st), self._start_renewer, st)
+        # Most handlers end before their first renewal is due: the worker's renewal tick, not a
+        # task or a timer of their own, waits for it.
+        first = self._first_renewal_in(st)
+        if first <= 0:
+            asyncio.get_running_loop().call_soon(self._start_renewer, st)
+        else:
+            st.renew_at = st.started_mono + first
+            if self._renew_tick is None:
+                self._renew_tick = asyncio.get_running_loop().call_later(self._tick_every(), self._on_renew_tick)
         st.handler.add_done_callback(functools.partial(self._handler_done, st))
 
     def _handler_done(self, st: _Lease, _: asyncio.Future) -> None:
         if self._leases.get(st.lease_id) is not st:
             return  # the worker stopped and abandoned it
-        if st.renew_timer is not None:
-            st.renew_timer.cancel()
+        st.renew_at = None
         if st.grace_timer is not None:
             st.grace_timer.cancel()
         if st.renewer is not None:  # a long handler: its renewals stop before the report leaves
@@ -1291,6 +1302,26 @@ class Worker:
         Start that came late in the lease after rate-limit backoffs)."""
         interval = self.lease_ms / 3000
         return max(0.0, min(interval, st.expires_mono - time.monotonic() - 2 * interval))
+
+    def _tick_every(self) -> float:
+        """How often first renewals are looked for: a twelfth of the lease (at most 1 s), so a
+        renewal due at a third of the lease comes before half of it has passed."""
+        return min(1.0, self.lease_ms / 12000)
+
+    def _on_renew_tick(self) -> None:
+        self._renew_tick = None
+        now = time.monotonic()
+        waiting = False
+        for st in list(self._leases.values()):
+            if st.renew_at is None:
+                continue
+            if st.renew_at <= now:
+                st.renew_at = None
+                self._start_renewer(st)
+            else:
+                waiting = True
+        if waiting:
+            self._renew_tick = asyncio.get_running_loop().call_later(self._tick_every(), self._on_renew_tick)
 
     def _start_renewer(self, st: _Lease) -> None:
         if st.renewer is None and st.handler is not None and not st.handler.done():
