@@ -878,6 +878,8 @@ class Worker:
         try:
             if not st.revoked:
                 await self._release(st, reason)
+        except _Gone:
+            _log(logging.INFO, "lease_abandoned", task_id=st.task_id, lease_id=st.lease_id, reason="revoked")
         finally:
             self._finish(st)
 
@@ -992,6 +994,10 @@ class Worker:
         st.start_unknown = False
         st.started = True
         st.receipt = receipt
+        if st.revoked:  # as in `_run_lease`: a lease revoked while its Start was on its way
+            _log(logging.INFO, "lease_abandoned", task_id=st.task_id, lease_id=st.lease_id, reason="revoked")
+            self._finish(st)
+            return
         self._run_handler(st)
 
     async def _run_lease(self, st: _Lease, first: BaseException | None = None) -> None:
