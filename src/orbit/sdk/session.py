@@ -411,12 +411,7 @@ class WorkerSession:
             raise WorkerConnectionClosed("the worker session is closed; resend the same message id")
         frame = orjson.dumps({"type": type_, "id": msg_id, **fields})
         loop = asyncio.get_running_loop()
-        fut = self._waiting.get(msg_id)
-        if fut is None or fut.done():
-            fut = loop.create_future()
-            # A close that fails it after its caller gave up must not leave an exception nobody retrieves.
-            fut.add_done_callback(_retrieve)
-            self._waiting[msg_id] = fut
+        fut = self._waiter(msg_id)
         try:
             if not (self._direct and self._ws.send_now(frame)):
                 async with self._send_lock:
@@ -452,11 +447,7 @@ class WorkerSession:
         except ConnectionClosed:
             return None
         loop = asyncio.get_running_loop()
-        fut = self._waiting.get(msg_id)
-        if fut is None or fut.done():
-            fut = loop.create_future()
-            fut.add_done_callback(_retrieve)
-            self._waiting[msg_id] = fut
+        fut = self._waiter(msg_id)
         # One timer per session, not per command: commands share the reply timeout, so their
         # deadlines come in the order they were sent, and answered ones are dropped as they lead.
         due = self._due
@@ -465,6 +456,17 @@ class WorkerSession:
         due.append((loop.time() + self.reply_timeout, msg_id, fut, type_))
         if self._sweeper is None:
             self._sweeper = loop.call_later(self._sweep_every(), self._sweep_due)
+        return fut
+
+    def _waiter(self, msg_id: str) -> asyncio.Future:
+        """The future the reply to `msg_id` resolves: the one still pending for a resend of the
+        same id, else a new one."""
+        fut = self._waiting.get(msg_id)
+        if fut is None or fut.done():
+            fut = asyncio.get_running_loop().create_future()
+            # A close that fails it after its caller gave up must not leave an exception nobody retrieves.
+            fut.add_done_callback(_retrieve)
+            self._waiting[msg_id] = fut
         return fut
 
     def _sweep_every(self) -> float:

@@ -124,24 +124,6 @@ _tracer: Any = None
 _otel: Any = None  # (trace, extract, context) once looked up; False without OpenTelemetry
 
 
-async def _ended(fut: asyncio.Future) -> None:
-    """Until `fut` is done, whatever its outcome (`asyncio.wait` for one future, without its
-    set, waiter and per-call callbacks); a cancellation of the caller leaves `fut` running."""
-    if fut.done():
-        return
-    ended = asyncio.get_running_loop().create_future()
-
-    def wake(_: asyncio.Future) -> None:
-        if not ended.done():
-            ended.set_result(None)
-
-    fut.add_done_callback(wake)
-    try:
-        await ended
-    finally:
-        fut.remove_done_callback(wake)
-
-
 def _otel_modules() -> Any:
     global _otel
     if _otel is None:
@@ -777,10 +759,15 @@ class Worker:
             except WorkerProtocolError as exc:
                 if exc.code != "UNAVAILABLE":
                     raise
-                wait = max(backoff, (exc.retry_after_ms or 0) / 1000) * random.uniform(0.8, 1.3)
-                _log(logging.WARNING, "server_unavailable", command=kind, retry_in_s=round(wait, 2))
-                await asyncio.sleep(wait)
-                backoff = min(backoff * 2, 5.0)
+                backoff = await self._wait_unavailable(kind, exc, backoff)
+
+    @staticmethod
+    async def _wait_unavailable(kind: str, exc: WorkerProtocolError, backoff: float) -> float:
+        """Wait before sending a command the server answered UNAVAILABLE again; the next backoff."""
+        wait = max(backoff, (exc.retry_after_ms or 0) / 1000) * random.uniform(0.8, 1.3)
+        _log(logging.WARNING, "server_unavailable", command=kind, retry_in_s=round(wait, 2))
+        await asyncio.sleep(wait)
+        return min(backoff * 2, 5.0)
 
     def _on_push(self, link: _Link, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
@@ -988,8 +975,7 @@ class Worker:
             self._spawn(st, self._run_lease(st, first=exc))
             return
         except Exception:
-            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
-            self._finish(st)
+            self._internal_error(st)
             return
         st.start_unknown = False
         st.started = True
@@ -1054,9 +1040,8 @@ class Worker:
                 st.resent = True
                 continue
             except WorkerProtocolError as exc:
-                if exc.code == "UNAVAILABLE":  # as `_command` does for the ones it sends
-                    await asyncio.sleep(max(backoff, (exc.retry_after_ms or 0) / 1000) * random.uniform(0.8, 1.3))
-                    backoff = min(backoff * 2, 5.0)
+                if exc.code == "UNAVAILABLE":  # the Start sent by `_begin`, as `_command` does for its own
+                    backoff = await self._wait_unavailable("start", exc, backoff)
                     continue
                 if exc.code in _START_BACKOFF:
                     st.start_unknown = False
@@ -1147,25 +1132,28 @@ class Worker:
         if st.renewer is not None:  # a long handler: its renewals stop before the report leaves
             self._spawn(st, self._after_renewer(st))
             return
-        try:
-            self._attempt_ended(st)
-        except Exception:
-            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
-            self._finish(st)
+        self._attempt_ended(st)
 
     async def _after_renewer(self, st: _Lease) -> None:
         assert st.renewer is not None
         st.renewer.cancel()
         with contextlib.suppress(BaseException):
             await st.renewer
-        try:
-            self._attempt_ended(st)
-        except Exception:
-            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
-            self._finish(st)
+        self._attempt_ended(st)
+
+    def _internal_error(self, st: _Lease) -> None:
+        """A bug met on a lease's path: logged, and the lease is let go (its slot freed)."""
+        log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
+        self._finish(st)
 
     def _attempt_ended(self, st: _Lease) -> None:
         """Free the slot, then report the outcome (none for a revoked lease)."""
+        try:
+            self._report_outcome(st)
+        except Exception:
+            self._internal_error(st)
+
+    def _report_outcome(self, st: _Lease) -> None:
         self._free_slot(st)
         ran = time.monotonic() - st.started_mono
         self._handler_ended(ran)
@@ -1197,19 +1185,17 @@ class Worker:
         try:
             reply = reply_result(fut.result())
         except WorkerConnectionClosed:
-            st.resent = True
             self._spawn(st, self._report(st, msg_id, fields, elapsed))
             return
         except WorkerProtocolError as exc:
             if exc.code == "UNAVAILABLE":
-                self._spawn(st, self._report(st, msg_id, fields, elapsed, delay=0.2))
+                self._spawn(st, self._report(st, msg_id, fields, elapsed, unavailable=exc))
                 return
             self._reported(st, msg_id, fields, elapsed, None, exc)
             return
         except Exception:
-            log.exception("worker internal error task_id=%s lease_id=%s", st.task_id, st.lease_id)
             self._unacked.pop(msg_id, None)
-            self._finish(st)
+            self._internal_error(st)
             return
         self._reported(st, msg_id, fields, elapsed, reply, None)
 
@@ -1275,13 +1261,14 @@ class Worker:
         return {"outcome": "failed", "error": message[:_MAX_ERROR_CHARS], "retryable": retryable}
 
     async def _report(self, st: _Lease, msg_id: str, fields: dict[str, Any], elapsed: float,
-                      delay: float = 0.0) -> None:
-        """Send (again, same message id) a report that could not leave or was not answered."""
+                      unavailable: WorkerProtocolError | None = None) -> None:
+        """Send (again, same message id) a report that could not leave, was not answered, or was
+        answered `unavailable`."""
         reply: dict[str, Any] | None = None
         error: WorkerProtocolError | None = None
         try:
-            if delay:
-                await asyncio.sleep(delay * random.uniform(0.8, 1.3))
+            if unavailable is not None:
+                await self._wait_unavailable("complete", unavailable, 0.2)
             reply = await self._command("complete", msg_id, **fields)
         except WorkerProtocolError as exc:
             error = exc
