@@ -56,6 +56,19 @@ class Conn:
             self.conn = None
 
 
+async def wait_first_lease(url: str, queue_id: str, timeout: float) -> None:
+    """Poll until the queue has a lease (a drain began); TimeoutError after `timeout`."""
+    db = Conn(url)
+    t0 = time.perf_counter()
+    try:
+        while not await db.fetch("SELECT 1 FROM leases WHERE queue_id = %s LIMIT 1", (queue_id,)):
+            if time.perf_counter() - t0 > timeout:
+                raise TimeoutError(f"no task of queue {queue_id} was leased within {timeout:.0f} s")
+            await asyncio.sleep(0.01)
+    finally:
+        db.close()
+
+
 async def wait_unfinished(url: str, queue_id: str, timeout: float, interval: float = 0.25) -> int:
     """Poll the queue's unfinished count until it is zero or `timeout` passes; returns the last count.
 

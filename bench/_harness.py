@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -154,10 +155,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pids_of(*pgrep_args: str) -> list[int]:
+    """The processes `pgrep` finds with these arguments."""
+    out = subprocess.run(["pgrep", *pgrep_args], capture_output=True, text=True, check=False).stdout.split()
+    return [int(p) for p in out]
+
+
 def pid_of(*pgrep_args: str) -> int | None:
     """The first process `pgrep` finds with these arguments, or None."""
-    out = subprocess.run(["pgrep", *pgrep_args], capture_output=True, text=True).stdout.split()
-    return int(out[0]) if out else None
+    pids = pids_of(*pgrep_args)
+    return pids[0] if pids else None
+
+
+class DrainCpu:
+    """CPU time of the servers, MariaDB and the worker processes from now on, per task: where a
+    drain's time goes, read the same way in every run (all share the machine's cores)."""
+
+    def __init__(self, worker_pids: list[int]) -> None:
+        self.pids = {"server": pids_of("-f", "orbit server"), "mariadb": pids_of("-x", "mariadbd")[:1],
+                     "workers": worker_pids}
+        self.before = self._now()
+
+    def _now(self) -> dict[str, float]:
+        out = {}
+        for name, pids in self.pids.items():
+            total = 0.0
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    total += cpu_seconds(pid)
+            out[name] = total
+        return out
+
+    def us_per_task(self, tasks: int) -> dict[str, float]:
+        after = self._now()
+        return {f"{name}_cpu_us_per_task": round((after[name] - self.before[name]) / max(1, tasks) * 1e6)
+                for name in self.pids if self.pids[name]}
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._db import fetch, wait_unfinished  # noqa: E402
-from bench._harness import cpu_seconds, environment, pid_of  # noqa: E402
+from bench._db import fetch, wait_first_lease, wait_unfinished  # noqa: E402
+from bench._harness import DrainCpu, environment, pid_of  # noqa: E402
 from bench.dispatch import _worker_process, preload  # noqa: E402
 
 
@@ -51,8 +51,7 @@ def main() -> None:
                    headers={"Idempotency-Key": uuid.uuid4().hex}).json()["data"]["queue"]["id"]
         load_s = asyncio.run(preload(urls[0], token, q, n))
         server = pid_of("-f", "orbit server")
-        mariadb = pid_of("-x", "mariadbd")
-        if server is None or mariadb is None:
+        if server is None or pid_of("-x", "mariadbd") is None:
             raise SystemExit("drain_cpu: the server or mariadbd does not run on this machine")
         ctx = mp.get_context("spawn")
         rq = ctx.Queue()
@@ -64,8 +63,7 @@ def main() -> None:
         # CPU and time count from the first lease: a worker process's start (interpreter,
         # imports, connecting) costs ~0.3 s of CPU, 20-40 us per task of a 15,000-task drain.
         asyncio.run(wait_first_lease(creds["_database_url"], q, 120))
-        before = (cpu_seconds(server), cpu_seconds(mariadb))
-        workers_before = sum(cpu_seconds(p.pid) for p in procs)
+        cpu = DrainCpu([p.pid for p in procs])
         t0 = time.perf_counter()
         spy = None
         if args.py_spy:
@@ -76,25 +74,15 @@ def main() -> None:
         asyncio.run(wait_unfinished(creds["_database_url"], q, 600, 0.3))
         wall = time.perf_counter() - t0
         groups = asyncio.run(_group_sizes(creds["_database_url"], q))
-        after = (cpu_seconds(server), cpu_seconds(mariadb))
-        workers = sum(cpu_seconds(p.pid) for p in procs) - workers_before
+        us = cpu.us_per_task(n)
         if spy is not None:
             spy.wait()
         for p in procs:
             p.kill()
     print(f"preload {n / load_s:.0f} tasks/s; drain {n / wall:.0f} tasks/s; "
-          f"server {(after[0] - before[0]) / n * 1e6:.0f} us CPU/task; "
-          f"mariadb {(after[1] - before[1]) / n * 1e6:.0f} us CPU/task; "
-          f"worker processes {workers / n * 1e6:.0f} us CPU/task; tasks per transaction: {groups}")
-
-
-async def wait_first_lease(url: str, queue_id: str, timeout: float) -> None:
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
-        if await fetch(url, "SELECT 1 FROM leases WHERE queue_id = %s LIMIT 1", (queue_id,)):
-            return
-        await asyncio.sleep(0.01)
-    raise SystemExit("drain_cpu: no task was leased")
+          f"server {us['server_cpu_us_per_task']} us CPU/task; "
+          f"mariadb {us['mariadb_cpu_us_per_task']} us CPU/task; "
+          f"worker processes {us['workers_cpu_us_per_task']} us CPU/task; tasks per transaction: {groups}")
 
 
 async def _group_sizes(url: str, queue_id: str) -> str:

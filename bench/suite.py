@@ -9,13 +9,11 @@ database dropped even when it fails or times out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import platform
 import shutil
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -27,9 +25,10 @@ import httpx
 import orjson
 
 from bench import _proc
-from bench._db import Conn, preload_waiting
+from bench._db import Conn, preload_waiting, wait_first_lease
 from bench._http import RawPool
 from bench._harness import (
+    DrainCpu,
     cpu_seconds,
     create_mysql_database,
     drop_mysql_database,
@@ -288,35 +287,6 @@ def worker_outcomes(ctx: Context, name: str, count: int) -> dict[str, int]:
 # 1 once a queue has no unfinished task: a drain's progress from one row, where counting its
 # finished tasks would scan an index range growing with the drain, on the database being measured.
 DRAINED = "SELECT unfinished = 0 FROM queue_usage WHERE queue_id = %s"
-FIRST_LEASE = "SELECT COUNT(*) FROM (SELECT 1 FROM leases WHERE queue_id = %s LIMIT 1) AS one"
-
-
-class DrainCpu:
-    """CPU time of the servers, MariaDB and the worker processes from now on, per task: where a
-    drain's time goes, read the same way in every run (all share the machine's cores)."""
-
-    def __init__(self, worker_pids: list[int]) -> None:
-        out = subprocess.run(["pgrep", "-f", "orbit server"], capture_output=True, text=True, check=False).stdout.split()
-        self.pids = {"server": [int(p) for p in out], "mariadb": [p for p in [pid_of("-x", "mariadbd")] if p],
-                     "workers": worker_pids}
-        self.before = self._now()
-
-    def _now(self) -> dict[str, float]:
-        out = {}
-        for name, pids in self.pids.items():
-            total = 0.0
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    total += cpu_seconds(pid)
-            out[name] = total
-        return out
-
-    def us_per_task(self, tasks: int) -> dict[str, float]:
-        after = self._now()
-        return {f"{name}_cpu_us_per_task": round((after[name] - self.before[name]) / max(1, tasks) * 1e6)
-                for name in self.pids if self.pids[name]}
-
-
 async def wait_count(db: Conn, sql: str, params: tuple, target: int, timeout: float,
                      interval: float = 0.25) -> tuple[int, float]:
     """Poll `sql` (a COUNT) until it reaches `target` or `timeout`; returns (count, seconds)."""
@@ -490,7 +460,7 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                 else:
                     procs = spawn_workers(ctx, urls, token, name, queue_id=qid)
                 # CPU from the first lease on: the worker processes' start-up is not the drain's.
-                await wait_count(db, FIRST_LEASE, (qid,), 1, 120, interval=0.01)
+                await wait_first_lease(db_url, qid, 120)
                 cpu = DrainCpu([p.pid for p in procs])
                 # Progress from the queue's usage row; the finished tasks are counted once, at the end.
                 await wait_count(db, DRAINED, (qid,), 1, s.drain_timeout)
