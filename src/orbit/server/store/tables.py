@@ -3,7 +3,7 @@ Core statements of tests and tools. The schema itself is created by the migratio
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
+from sqlalchemy import Column, Computed, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
 
 from ...models import ConfigureQueueRequest, configure_controls
 from .types import U32, U64, AsciiKey, Bool, Hash, Id, JsonText, Name, NodeId, Seq, Short, Ts, Utf8Text
@@ -223,6 +223,7 @@ tasks = Table(
     Column("resource_key_ids", JsonText, nullable=True),
     Column("parked_on", Id, nullable=True),
     Column("traceparent", Short, nullable=True),
+    Column("waiting", Bool, Computed("state = 'WAITING'"), nullable=True),
     Index("ix_tasks_queue_id", "queue_id", "id"),
     Index("ix_tasks_queue_state", "queue_id", "state", "id"),
     Index("ix_tasks_sweep_at", "sweep_at"),
@@ -256,8 +257,9 @@ leases = Table(
     Column("complete_response", JsonText, nullable=True),
     Column("late_reports", JsonText, nullable=True),
     Column("push_pending", Bool, nullable=False),
+    Column("live", Bool, Computed("state IN ('LEASED', 'RUNNING')"), nullable=True),
     Index("ix_leases_task", "task_id", "attempt"),
-    Index("ix_leases_state_expires", "state", "expires_at"),
+    Index("ix_leases_live_expires", "live", "expires_at"),
     Index("ix_leases_push", "server_node_id", "push_pending"),
 )
 

@@ -57,12 +57,12 @@ def granted(lease_ids: list[str]) -> Stmt:
 
 
 def expired(now, limit: int) -> Stmt:
-    return Stmt("SELECT id, task_id FROM leases WHERE state IN ('LEASED', 'RUNNING') AND expires_at <= ? "
+    return Stmt("SELECT id, task_id FROM leases WHERE live = 1 AND expires_at <= ? "
                 "ORDER BY expires_at LIMIT ?", (now, limit))
 
 
 def any_expired() -> Stmt:
-    return Stmt("SELECT 1 AS one FROM leases WHERE state IN ('LEASED', 'RUNNING') AND expires_at <= {NOW} LIMIT 1")
+    return Stmt("SELECT 1 AS one FROM leases WHERE live = 1 AND expires_at <= {NOW} LIMIT 1")
 
 
 # ---------------------------------------------------------------- worker sessions of one node (ws hub)

@@ -128,7 +128,7 @@ def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datet
     lock = "{SKIP_LOCKED}" if skip_locked else ""
     # The dispatch index, named: `parked_on IS NULL AND priority = ?` also fits ix_tasks_parked,
     # which would walk every claimable task of every queue.
-    level = (f"SELECT {_CLAIM_COLS} FROM tasks {{DISPATCH_INDEX}} WHERE queue_id = ? AND state = 'WAITING' "
+    level = (f"SELECT {_CLAIM_COLS} FROM tasks {{DISPATCH_INDEX}} WHERE queue_id = ? AND waiting = 1 "
              f"AND parked_on IS NULL AND priority = ? AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
     ps = [p for p in range(9, -1, -1) if levels >> p & 1] or [0]
     params: list[Any] = []

@@ -63,7 +63,7 @@ def waiting_counts(queue_id: str) -> Stmt:
     """The queue's waiting tasks, due and not yet due at the database clock (from the dispatch
     index alone), with that clock."""
     return Stmt("SELECT COUNT(*) AS waiting, COALESCE(SUM(CASE WHEN available_at > {NOW} THEN 1 ELSE 0 END), 0) "
-                "AS not_due, {NOW} AS db_now FROM tasks WHERE queue_id = ? AND state = 'WAITING'", (queue_id,))
+                "AS not_due, {NOW} AS db_now FROM tasks WHERE queue_id = ? AND waiting = 1", (queue_id,))
 
 
 def held_counts(queue_id: str) -> Stmt:
