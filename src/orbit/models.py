@@ -7,6 +7,8 @@ uint64 values as decimal strings on the wire and as `int` in Python.
 
 from __future__ import annotations
 
+import functools
+
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, get_args
@@ -180,14 +182,21 @@ class StrictRequest(BaseModel):
     def _null_is_omitted(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        fields = cls.model_fields
-        return {k: v for k, v in data.items() if v is not None or k not in fields or fields[k].is_required()}
+        fields = _fields(cls)
+        return {k: v for k, v in data.items() if v is not None or k not in fields or fields[k][0]}
 
     @classmethod
     def nested(cls, name: str) -> type[StrictRequest] | None:
         """The request model of a field's value (or of each item of a list), if it holds one."""
         field = cls.model_fields.get(name)
         return None if field is None else _request_model(field.annotation)
+
+
+@functools.cache
+def _fields(model: type[StrictRequest]) -> dict[str, tuple[bool, type[StrictRequest] | None]]:
+    """Each field of a request model: whether it is required, and the request model it holds
+    (`nested`). Looked up once per model: a batch submit asks for every key of every item."""
+    return {name: (field.is_required(), model.nested(name)) for name, field in model.model_fields.items()}
 
 
 def omitted_nulls(model: type[StrictRequest], body: Any) -> Any:
@@ -197,14 +206,15 @@ def omitted_nulls(model: type[StrictRequest], body: Any) -> Any:
     if not isinstance(body, dict):
         return body
     out: dict[str, Any] = {}
+    fields = _fields(model)
     for key, value in body.items():
-        field = model.model_fields.get(key)
+        field = fields.get(key)
         if field is None:
             out[key] = value  # unknown: validation names it
             continue
-        if value is None and not field.is_required():
+        required, inner = field
+        if value is None and not required:
             continue
-        inner = model.nested(key)
         if inner is not None and isinstance(value, list):
             value = [omitted_nulls(inner, item) for item in value]
         elif inner is not None:
