@@ -137,6 +137,22 @@ def _otel_modules() -> Any:
     return _otel
 
 
+_no_provider_until = 0.0  # time.monotonic() until which no tracer provider is assumed
+
+
+def _provider_set(trace: Any) -> bool:
+    """Whether the application set a tracer provider. Without one, asking costs an environment
+    lookup per attempt: the answer "none" is kept for a second (a provider set later is seen then)."""
+    global _no_provider_until
+    now = time.monotonic()
+    if now < _no_provider_until:
+        return False
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        _no_provider_until = now + 1.0
+        return False
+    return True
+
+
 def _start_in_attempt_span(ctx: TaskContext, start: Callable[[], Any]) -> tuple[Any, Any]:
     """`start()` (which creates the handler's task or thread job, copying the current context)
     inside a span for the attempt, child of the submit's trace context (`ctx.traceparent`);
@@ -146,7 +162,7 @@ def _start_in_attempt_span(ctx: TaskContext, start: Callable[[], Any]) -> tuple[
     if not otel:
         return start(), None
     trace, extract, context = otel
-    if not ctx.traceparent and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not ctx.traceparent and not _provider_set(trace):
         return start(), None
     global _tracer
     if _tracer is None:  # a proxy until the application sets its provider, then that provider's
