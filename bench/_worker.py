@@ -206,6 +206,38 @@ async def run_sdk_worker(url: str, token: str, queue_id: str, node_id: str, stop
     await run
 
 
+def run_sdk_process(url: str, token: str, queue_id: str, node_id: str, concurrency: int, lease_ms: int,
+                    sync: bool = False, seconds: float | None = None) -> Stats:
+    """The natural set-up of a user's worker process: one `orbit.Worker` and its blocking `run()`
+    (the SDK's own loop and signal handling), until SIGTERM or SIGINT (or `seconds`) has drained it."""
+    import threading
+
+    import orbit
+
+    stats = Stats()
+    prefetch = os.environ.get("ORBIT_BENCH_PREFETCH")  # unset: the SDK's default
+    worker = orbit.Worker(url=url, token=token, queues=[queue_id], concurrency=concurrency, node_id=node_id,
+                          lease_ms=lease_ms, claim_wait_ms=500, prefetch=int(prefetch) if prefetch else None)
+    if sync:
+        @worker.handler
+        def handle_sync(task: orbit.TaskContext) -> None:
+            stats.completed += 1
+    else:
+        @worker.handler
+        async def handle(task: orbit.TaskContext) -> None:
+            stats.completed += 1
+    timer = threading.Timer(seconds, worker.stop) if seconds is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        worker.run()
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return stats
+
+
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     token = os.environ["ORBIT_BENCH_TOKEN"]
     urls = args.urls.split(",")
@@ -261,7 +293,14 @@ def main() -> None:
     ap.add_argument("--grace", type=float, default=5)
     ap.add_argument("--node-prefix", default=f"bench-w{os.getpid()}")
     args = ap.parse_args()
-    print(orjson.dumps(run_loop(_main(args))).decode(), flush=True)
+    if args.sdk and args.sessions == 1 and not args.queues_file and "," not in args.queue:
+        stats = run_sdk_process(args.urls.split(",")[0], os.environ["ORBIT_BENCH_TOKEN"], args.queue,
+                                f"{args.node_prefix}-0", args.max_tasks, args.lease_ms, sync=args.sync,
+                                seconds=args.seconds)
+        result = {"completed": stats.completed, "rate_limited": stats.rate_limited, "errors": stats.errors}
+    else:
+        result = run_loop(_main(args))
+    print(orjson.dumps(result).decode(), flush=True)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,18 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._db import wait_unfinished  # noqa: E402
 from bench._harness import environment, percentile  # noqa: E402
-from bench._worker import Stats, run_loop, run_sdk_worker, run_session  # noqa: E402
+from bench._worker import Stats, run_loop, run_sdk_process, run_sdk_worker, run_session  # noqa: E402
 
 
 def _worker_process(urls, token, queue_id, sessions, seconds, result_q, sdk: bool = False,
                     concurrency: int = 50, sync: bool = False) -> None:
     """Worker sessions in a process of their own: the bench's lean sessions, or (`sdk`) one
-    `orbit.Worker` each (`concurrency`; `sync`: a threaded handler)."""
+    `orbit.Worker` each (`concurrency`; `sync`: a threaded handler); a single one runs as a
+    user's worker process does, in `Worker.run()`."""
+    if sdk and sessions == 1:
+        run_sdk_process(urls[0], token, queue_id, "bench-w0", concurrency, 60000, sync, seconds=seconds)
+        result_q.put(0)
+        return
     async def main():
         stop = asyncio.Event()
         counter = [0]

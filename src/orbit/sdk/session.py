@@ -241,6 +241,8 @@ class WorkerSession:
                  reply_timeout: float = DEFAULT_REPLY_TIMEOUT) -> None:
         self._ws = ws
         self._on_push = on_push
+        # Sessions live on the loop that opened them; asking asyncio for it is a getpid() each time.
+        self._loop = asyncio.get_running_loop()
         self.reply_timeout = reply_timeout
         self.pushes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._waiting: dict[str, asyncio.Future] = {}
@@ -410,7 +412,7 @@ class WorkerSession:
         if self._closed.is_set():
             raise WorkerConnectionClosed("the worker session is closed; resend the same message id")
         frame = orjson.dumps({"type": type_, "id": msg_id, **fields})
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         fut = self._waiter(msg_id)
         try:
             if not (self._direct and self._ws.send_now(frame)):
@@ -446,7 +448,7 @@ class WorkerSession:
                 return None
         except ConnectionClosed:
             return None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         fut = self._waiter(msg_id)
         # One timer per session, not per command: commands share the reply timeout, so their
         # deadlines come in the order they were sent, and answered ones are dropped as they lead.
@@ -463,7 +465,7 @@ class WorkerSession:
         same id, else a new one."""
         fut = self._waiting.get(msg_id)
         if fut is None or fut.done():
-            fut = asyncio.get_running_loop().create_future()
+            fut = self._loop.create_future()
             # A close that fails it after its caller gave up must not leave an exception nobody retrieves.
             fut.add_done_callback(_retrieve)
             self._waiting[msg_id] = fut
@@ -475,7 +477,7 @@ class WorkerSession:
     def _sweep_due(self) -> None:
         """Fail the commands sent with `send_nowait` whose reply did not come in time."""
         self._sweeper = None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         now = loop.time()
         due = self._due
         while due and (due[0][2].done() or due[0][0] <= now):

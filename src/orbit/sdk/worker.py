@@ -53,6 +53,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import gc
 import inspect
 import logging
 import os
@@ -61,6 +62,7 @@ import signal
 import socket
 import threading
 import time
+import types
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -430,7 +432,14 @@ class Worker:
     # ------------------------------------------------------------ public control
 
     def run(self) -> None:
-        """Blocking: run until SIGTERM/SIGINT or `stop()`, then drain and return."""
+        """Blocking: run until SIGTERM/SIGINT or `stop()`, then drain and return.
+
+        The worker owns the process from here, so what the program built before it (modules,
+        configuration) is frozen out of the garbage collector's sight (`gc.freeze`): each task's
+        objects outlive a young collection while its attempt is in flight, which would otherwise
+        bring a full collection, through all of it, every few hundred tasks.
+        """
+        gc.freeze()
         asyncio.run(self._run_with_signals())
 
     async def arun(self) -> None:
@@ -862,7 +871,7 @@ class Worker:
         long that its Start could not come in time; then it is given back."""
         wait = min(self.lease_ms / 4000, self._start_limit(st) - time.monotonic() - 1.0)
         self._ahead.append(st)
-        st.ahead_timer = asyncio.get_running_loop().call_later(max(0.0, wait), self._give_back, st, "no_free_slot")
+        st.ahead_timer = self._running_loop().call_later(max(0.0, wait), self._give_back, st, "no_free_slot")
 
     def _give_back(self, st: _Lease, reason: str) -> None:
         if st.ahead_timer is not None:
@@ -886,10 +895,16 @@ class Worker:
         finally:
             self._finish(st)
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop `arun` runs on: asking asyncio for it is a getpid() system call each time."""
+        loop = self._loop
+        assert loop is not None
+        return loop
+
     def _spawn(self, st: _Lease, work: Any) -> None:
         """Go on with the lease in a task of its own: the paths that wait (backoffs, resends,
         releases); a lease's usual path is driven by its replies, without a task."""
-        st.runner = asyncio.get_running_loop().create_task(work, name=f"orbit-task-{st.task_id}")
+        st.runner = self._running_loop().create_task(work, name=f"orbit-task-{st.task_id}")
 
     def _finish(self, st: _Lease) -> None:
         """The lease is done with here (reported, released, refused or abandoned)."""
@@ -1132,11 +1147,11 @@ class Worker:
         # task or a timer of their own, waits for it.
         first = self._first_renewal_in(st)
         if first <= 0:
-            asyncio.get_running_loop().call_soon(self._start_renewer, st)
+            self._running_loop().call_soon(self._start_renewer, st)
         else:
             st.renew_at = st.started_mono + first
             if self._renew_tick is None:
-                self._renew_tick = asyncio.get_running_loop().call_later(self._tick_every(), self._on_renew_tick)
+                self._renew_tick = self._running_loop().call_later(self._tick_every(), self._on_renew_tick)
         st.handler.add_done_callback(functools.partial(self._handler_done, st))
 
     def _handler_done(self, st: _Lease, _: asyncio.Future) -> None:
@@ -1218,7 +1233,10 @@ class Worker:
     def _start_handler(self, st: _Lease) -> asyncio.Future:
         assert self._handler is not None and st.ctx is not None
         if st.is_async:
-            return asyncio.ensure_future(self._handler(st.ctx))
+            work = self._handler(st.ctx)
+            if type(work) is types.CoroutineType:
+                return self._running_loop().create_task(work)
+            return asyncio.ensure_future(work)
         assert self._executor is not None
         return self._executor.submit(contextvars.copy_context().run, self._handler, st.ctx)
 
