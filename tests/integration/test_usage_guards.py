@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orbit.server.core.ids import new_id
-from orbit.server.core.limits import APPLICATION_FULL, QUEUE_FULL, backlog_fits, count_starts
+from orbit.server.core.limits import (APPLICATION_FULL, QUEUE_FULL, QueueLimits, backlog_fits, count_starts,
+                                      grant_still_fits)
 from orbit.server.core.rate_window import RateWindow
 from orbit.server.store.db import Database
 from orbit.server.store.dialect import PlanNoLongerHolds
@@ -227,3 +228,152 @@ def test_taking_backlog_slots_matches_the_rule(db_url):
     """Both slots are taken exactly when `core.limits.backlog_fits` admits `n` more tasks in the
     queue and in its application; a refusal takes nothing (and names the queue first)."""
     run_examples(db_url, assert_takes_like_the_rule, backlog_cases, max_examples=200)
+
+
+# ---------------------------------------------------------------- a claim's permits (MySQL)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A queue's or an application's controls and usage row, as a claim's grant meets them."""
+
+    paused: bool
+    max_concurrency: int
+    rate: int
+    permits: int
+    start: timedelta | None  # the window's start, from the plan's clock
+    used: int
+    reserved: int
+
+    def limits(self, now: datetime) -> QueueLimits:
+        start = None if self.start is None else now + self.start
+        return QueueLimits(self.paused, self.max_concurrency, self.rate, self.permits,
+                           RateWindow(start, self.used, self.reserved))
+
+
+@st.composite
+def layers(draw, n: int):
+    """A layer near the edge of admitting n more leases: permits and rate space within two of it."""
+    permits = draw(st.integers(min_value=0, max_value=4))
+    used = draw(st.integers(min_value=0, max_value=4))
+    reserved = draw(st.integers(min_value=0, max_value=4))
+    return Layer(
+        paused=draw(st.sampled_from([False, False, False, True])),
+        max_concurrency=max(0, permits + n + draw(st.integers(min_value=-2, max_value=2))),
+        rate=max(0, used + reserved + n + draw(st.integers(min_value=-2, max_value=2))),
+        permits=permits,
+        start=draw(st.none() | st.sampled_from([-2 * SECOND, -SECOND, -SECOND + US, -SECOND / 2, -US, timedelta(0), US])
+                   | st.integers(min_value=-3_000_000, max_value=500_000).map(lambda us: timedelta(microseconds=us))),
+        used=used,
+        reserved=reserved,
+    )
+
+
+async def insert_layers(db: Database, queue: Layer, app: Layer, key_limit: int, key_permits: int,
+                        now: datetime) -> tuple[str, str, str]:
+    qid, aid, kid = new_id(), new_id(), new_id()
+
+    def start(layer: Layer) -> datetime | None:
+        return None if layer.start is None else now + layer.start
+
+    async def body(tx):
+        await tx.count(Stmt(
+            "INSERT INTO applications (id, name, paused, max_concurrency, rate_per_second, max_unfinished_tasks, "
+            "revision, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 100, 1, {NOW}, {NOW})",
+            (aid, f"grants-{aid}", app.paused, app.max_concurrency, app.rate)))
+        await tx.count(Stmt(
+            "INSERT INTO queues (id, namespace_id, name, paused, max_concurrency, rate_per_second, "
+            "max_unfinished_tasks, revision, retired_at, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, 100, 1, NULL, {NOW}, {NOW})",
+            (qid, new_id(), f"grants-{qid}", queue.paused, queue.max_concurrency, queue.rate)))
+        await tx.count(Stmt(
+            "INSERT INTO resource_keys (id, namespace_id, name, max_concurrency, revision, retired_at, created_at, "
+            "updated_at) VALUES (?, ?, ?, ?, 1, NULL, {NOW}, {NOW})", (kid, new_id(), f"grants-{kid}", key_limit)))
+        for table, column, layer, id_ in (("queue_usage", "queue_id", queue, qid),
+                                          ("application_usage", "application_id", app, aid)):
+            await tx.count(Stmt(
+                f"INSERT INTO {table} ({column}, unfinished, permits_in_use, rate_window_start, rate_window_used, "
+                "rate_reserved) VALUES (?, 0, ?, ?, ?, ?)", (id_, layer.permits, start(layer), layer.used, layer.reserved)))
+        await tx.count(Stmt("INSERT INTO resource_key_usage (resource_key_id, unfinished, permits_in_use) "
+                            "VALUES (?, 0, ?)", (kid, key_permits)))
+
+    await db.transaction(body)
+    return qid, aid, kid
+
+
+async def permits_rows(db: Database, qid: str, aid: str, kid: str) -> tuple[tuple[int, int], tuple[int, int], int]:
+    q, a, k = await db.read(lambda tx: tx.rows_multi([
+        Stmt("SELECT permits_in_use, rate_reserved FROM queue_usage WHERE queue_id = ?", (qid,)),
+        Stmt("SELECT permits_in_use, rate_reserved FROM application_usage WHERE application_id = ?", (aid,)),
+        Stmt("SELECT permits_in_use FROM resource_key_usage WHERE resource_key_id = ?", (kid,)),
+    ]))
+    return ((int(q[0]["permits_in_use"]), int(q[0]["rate_reserved"])),
+            (int(a[0]["permits_in_use"]), int(a[0]["rate_reserved"])), int(k[0]["permits_in_use"]))
+
+
+@st.composite
+def grant_cases(draw):
+    n = draw(st.integers(min_value=1, max_value=4))
+    key_permits = draw(st.integers(min_value=0, max_value=4))
+    key_limit = max(0, key_permits + n + draw(st.integers(min_value=-1, max_value=2)))
+    return draw(layers(n)), draw(layers(n)), key_limit, key_permits, n
+
+
+async def assert_grants_like_the_rule(db: Database, case: tuple[Layer, Layer, int, int, int]) -> None:
+    queue, app, key_limit, key_permits, n = case
+    now = (await db.transaction(lambda tx: tx.now())).replace(microsecond=500000)
+    qid, aid, kid = await insert_layers(db, queue, app, key_limit, key_permits, now)
+    fits = (grant_still_fits(n, queue.limits(now), now) and grant_still_fits(n, app.limits(now), now)
+            and key_permits + n <= key_limit)
+
+    async def take(tx):
+        changes = UsageChanges()
+        changes.add(qid, aid, permits_in_use=n, rate_reserved=n, keys=[kid])
+        assert changes.grant_permits_in_sql(tx, now)
+        await changes.apply(tx)
+
+    before = await permits_rows(db, qid, aid, kid)
+    if fits:
+        await db.transaction(take)
+        assert await permits_rows(db, qid, aid, kid) == (
+            (queue.permits + n, queue.reserved + n), (app.permits + n, app.reserved + n), key_permits + n), case
+    else:
+        with pytest.raises(PlanNoLongerHolds):
+            await db.transaction(take)
+        assert await permits_rows(db, qid, aid, kid) == before, case
+
+
+@pytest.mark.anyio
+async def test_taking_a_claims_permits_in_the_update_matches_the_rule_on_every_window_boundary(db):
+    """7 window starts (none, ended, just ended, just open, open, now, later than now) x used x n,
+    on the queue's row and on the application's."""
+    if db.dialect != "mysql":
+        pytest.skip("SQLite checks a grant on the usage rows it read under its single writer lock")
+    roomy = Layer(False, 100, 100, 0, None, 0, 0)
+    starts = [None, -2 * SECOND, -SECOND, -SECOND + US, -SECOND / 2, timedelta(0), SECOND / 10]
+    for start in starts:
+        for used in (0, 1, 2, 3):
+            for n in (1, 2):
+                tight = Layer(False, 100, 3, 0, start, used, 0)
+                await assert_grants_like_the_rule(db, (tight, roomy, 100, 0, n))
+                await assert_grants_like_the_rule(db, (roomy, tight, 100, 0, n))
+
+
+def test_taking_a_claims_permits_in_the_update_matches_the_rule(db_url):
+    """A grant of n leases planned at `now` takes its permits and rate reservations in the queue's,
+    the application's and the key's rows exactly when `core.limits.grant_still_fits` holds for the
+    queue and the application and the key's limit holds them; else nothing is taken."""
+    if not db_url.startswith("mysql"):
+        pytest.skip("SQLite checks a grant on the usage rows it read under its single writer lock")
+
+    run_examples(db_url, assert_grants_like_the_rule, grant_cases(), max_examples=300)
+
+
+@pytest.mark.anyio
+async def test_claims_permits_are_taken_in_sql_only_where_writes_wait_for_the_commit(db):
+    async def body(tx):
+        changes = UsageChanges()
+        changes.add(new_id(), None, permits_in_use=1)
+        return changes.grant_permits_in_sql(tx, await tx.now())
+
+    assert await db.transaction(body) is (db.dialect == "mysql")

@@ -422,11 +422,39 @@ def _note_claims(queue_id: str, commands: list[ClaimCommand], caps: list[int], c
 
 async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[Any]) -> None:
     """Lock the planned queues' usage rows (queue order), then their applications', then their
-    resource keys', in the round trip that carries every grant's writes, and check each grant
-    there; raise `PlanNoLongerHolds` if one no longer fits."""
+    resource keys', and check each grant there; `PlanNoLongerHolds` if one no longer fits.
+
+    Where writes wait for the COMMIT, the guarded UPDATEs that take the permits check the grants
+    themselves in the COMMIT's round trip (the usage rows are locked for no round trip at all),
+    and a permit given back at or after the plan's clock re-times the leases there too. Elsewhere
+    the rows are read under the lock and checked here."""
     ids = sorted(p.queue_id for p in planned)
     app_ids = sorted({p.application_id for p in planned})
     key_ids = sorted({k for p in planned for k in (*p.key_leases, *p.parked)})
+    changes = UsageChanges()
+    for p in planned:
+        changes.merge(p.changes)
+    now = planned[0].now
+    if changes.grant_permits_in_sql(tx, now):
+        # Parking is a hint: whether a permit came back since the plan read a key is not known
+        # until the COMMIT, so the unparker is asked to look (a read, when nothing is free).
+        tx.keys_freed.update(k for p in planned for k in p.parked)
+        await changes.apply(tx)
+        lease_ids = [g["lease_id"] for p in planned for slot in p.slots
+                     for g in (replies[slot].get("tasks") or [] if isinstance(replies[slot], dict) else [])]
+        taken_keys = sorted({k for p in planned for k in p.key_leases})
+        set_freed, read_freed = usage_q.note_freed(ids, app_ids, taken_keys)
+        stmts = [set_freed] + ([lease_q.retime_after_freed(lease_ids)] if lease_ids else []) + [read_freed]
+
+        def retimed(rows: list[list[dict[str, Any]]]) -> None:
+            freed = rows[-1][0]["freed"]
+            if freed is not None and freed >= now:
+                after = freed + timedelta(microseconds=1)
+                for p in planned:
+                    _retime_replies(p.commands, p.slots, replies, after)
+
+        tx.at_commit(stmts, retimed)
+        return
     reads = [usage_q.queue_rows(ids, lock=True), usage_q.application_rows(app_ids, lock=True), queue_q.controls(ids)]
     if key_ids:
         reads += [usage_q.resource_key_rows(key_ids, lock=True), key_q.limits(key_ids)]
@@ -435,7 +463,6 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
     app_usage_of = {r["application_id"]: r for r in app_rows}
     controls_of = {r["id"]: r for r in control_rows}
     key_rows = key_reads[0] if key_ids else []
-    now = planned[0].now
     # A permit these claims may reuse was given back at a later database time than the plan's
     # clock: lease from just after it, so no stored interval overlaps another beyond a limit.
     freed = [r["permits_freed_at"] for r in (*usage_rows, *app_rows, *key_rows) if r["permits_freed_at"] is not None]
@@ -443,7 +470,6 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
         now = max(freed) + timedelta(microseconds=1)
         for p in planned:
             await _retime(tx, p.commands, p.slots, replies, now)
-    changes = UsageChanges()
     per_app: dict[str, tuple[int, dict[str, Any]]] = {}  # leases granted, and a queue row with the controls
     key_leases: dict[str, int] = {}
     parked: set[str] = set()
@@ -455,7 +481,6 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
         for k, n in p.key_leases.items():
             key_leases[k] = key_leases.get(k, 0) + n
         parked.update(p.parked)
-        changes.merge(p.changes)
     for aid, (n, q) in per_app.items():
         if not grant_still_fits(n, _application_limits(q, app_usage_of[aid]), now):
             raise PlanNoLongerHolds()
@@ -561,6 +586,13 @@ async def _write_leases(tx: Tx, queue_id: str, commands: list[ClaimCommand], cap
 async def _retime(tx: Tx, commands: list[ClaimCommand], slots: list[int], replies: list[Any], now: datetime) -> None:
     """Move the leases a claim just wrote to `now`, in the same transaction (their receipts
     refer to the lease rows, so they follow)."""
+    for expires, ids in _retime_replies(commands, slots, replies, now).items():
+        await tx.defer(lease_q.retime(ids, now, expires))
+
+
+def _retime_replies(commands: list[ClaimCommand], slots: list[int], replies: list[Any],
+                    now: datetime) -> dict[datetime, list[str]]:
+    """Tell the claims their leases begin at `now`; the lease ids per new expiry."""
     by_expiry: dict[datetime, list[str]] = {}
     for slot, c in zip(slots, commands):
         reply = replies[slot]
@@ -571,8 +603,7 @@ async def _retime(tx: Tx, commands: list[ClaimCommand], slots: list[int], replie
         for g in granted:
             g["lease_expires_at"] = format_ts(expires)
             by_expiry.setdefault(expires, []).append(g["lease_id"])
-    for expires, ids in by_expiry.items():
-        await tx.defer(lease_q.retime(ids, now, expires))
+    return by_expiry
 
 
 def _claim_receipt(granted: list[dict[str, Any]], lease_ms: int) -> str:

@@ -123,6 +123,8 @@ class Tx:
         self.keys_freed: set[str] = set()
         # Namespaces this transaction wrote events to: numbered by the node's sequencer after it commits.
         self.events_written: set[str] = set()
+        # Reads that travel with the COMMIT, after every deferred write, and what takes their rows.
+        self._at_commit: list[tuple[list[str], Callable[[list[list[dict[str, Any]]]], None]]] = []
 
     # ---------------------------------------------------------------- clock
 
@@ -326,11 +328,21 @@ class Tx:
             return
         await d.executemany(self._text(stmt), [[_sqlite_param(p) for p in r] for r in rows])
 
+    def at_commit(self, stmts: Sequence[Stmt], then: Callable[[list[list[dict[str, Any]]]], None]) -> None:
+        """Run `stmts` in the COMMIT's round trip, after every deferred write (a multi-statement
+        connection only); once committed, `then` gets their rows."""
+        self._at_commit.append(([self._mogrify(s) for s in stmts], then))
+
     async def commit_deferred(self) -> bool:
-        """Send the deferred writes together with COMMIT; False when there were none."""
-        if not self._deferred:
+        """Send the deferred writes (and the `at_commit` reads) together with COMMIT; False when
+        there were none."""
+        if not self._deferred and not self._at_commit:
             return False
-        await self._run_mysql(["COMMIT"])
+        reads = [text for texts, _ in self._at_commit for text in texts]
+        results = await self._run_mysql([*reads, "COMMIT"])
+        rows = iter([r for _, r in results[:len(reads)]])
+        for texts, then in self._at_commit:
+            then([next(rows) for _ in texts])
         return True
 
     # ---------------------------------------------------------------- SQLAlchemy Core (tests, tools)

@@ -48,6 +48,15 @@ def retime(lease_ids: list[str], leased_at, expires_at) -> Stmt:
                 (leased_at, expires_at, *lease_ids))
 
 
+def retime_after_freed(lease_ids: list[str]) -> Stmt:
+    """Move leases written at a plan's clock to just after `@orbit_freed` (`usage.note_freed`)
+    when a permit was given back at or after that clock, keeping each lease's length."""
+    return Stmt("UPDATE leases SET expires_at = expires_at + INTERVAL "
+                "(TIMESTAMPDIFF(MICROSECOND, leased_at, @orbit_freed) + 1) MICROSECOND, "
+                "leased_at = @orbit_freed + INTERVAL 1 MICROSECOND "
+                f"WHERE id IN ({placeholders(len(lease_ids))}) AND leased_at <= @orbit_freed", lease_ids)
+
+
 def granted(lease_ids: list[str]) -> Stmt:
     """What a claim told the worker about its leases: lease rows (claim time) and task rows
     (immutable fields), for answering a resent claim."""

@@ -41,6 +41,17 @@ def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False)
                 f"ORDER BY queue_id{'{FOR_UPDATE}' if lock else ''}", queue_ids)
 
 
+def note_freed(queue_ids: list[str], application_ids: list[str], resource_key_ids: list[str]) -> list[Stmt]:
+    """The latest database time these usage rows gave a permit back at, into `@orbit_freed`, and
+    read: run after this transaction's own UPDATEs have locked them, so it can no longer move."""
+    parts = [f"SELECT permits_freed_at AS f FROM {table} WHERE {column} IN ({placeholders(len(ids))})"
+             for (table, column), ids in ((_TABLES[QUEUE], queue_ids), (_TABLES[APPLICATION], application_ids),
+                                          (_TABLES[KEY], resource_key_ids)) if ids]
+    params = [*queue_ids, *application_ids, *resource_key_ids]
+    return [Stmt(f"SET @orbit_freed = (SELECT MAX(f) FROM ({' UNION ALL '.join(parts)}) AS freed)", params),
+            Stmt("SELECT CAST(@orbit_freed AS DATETIME(6)) AS freed")]
+
+
 def window_of(row: Any) -> RateWindow:
     """The rate window a queue's or an application's usage row holds."""
     return RateWindow(row["rate_window_start"], int(row["rate_window_used"]), int(row["rate_reserved"]))
@@ -177,6 +188,7 @@ class UsageChanges:
         self.nodes: dict[tuple[str, str], int] = defaultdict(int)
         self.windows: dict[tuple[str, str], tuple[datetime | None, int]] = {}
         self.starts: dict[tuple[str, str], tuple[int, int, datetime]] = {}
+        self.grants: dict[tuple[str, str], datetime] = {}
         self.levels: dict[str, int] = {}
 
     def note_levels(self, queue_id: str, levels: int) -> None:
@@ -247,6 +259,21 @@ class UsageChanges:
         self.starts[(layer, key)] = (n, rate, now)
         return True
 
+    def grant_permits_in_sql(self, tx: Tx, now: datetime) -> bool:
+        """Take the permits (and rate reservations) a claim planned at `now` on an unlocked read
+        *in the UPDATEs themselves*: each usage row as the UPDATE locks it takes them exactly
+        when `core.limits.grant_still_fits` would (a key's row: when its limit holds them), or
+        the statement fails and the transaction raises `PlanNoLongerHolds`. False where the
+        backend cannot (the caller then checks them on rows read under the lock)."""
+        if not tx.deferring:
+            return False
+        tx.guard_refusal_means(PlanNoLongerHolds)
+        for layer, rows in ((QUEUE, self.queues), (APPLICATION, self.apps), (KEY, self.keys)):
+            for key, counters in rows.items():
+                if counters.permits_in_use > 0:
+                    self.grants[(layer, key)] = now
+        return True
+
     async def apply(self, tx: Tx) -> None:
         for layer, rows in ((QUEUE, self.queues), (APPLICATION, self.apps), (KEY, self.keys)):
             keys = set(rows) | {k for lay, k in self.windows if lay == layer} | {k for lay, k in self.starts
@@ -264,7 +291,16 @@ class UsageChanges:
 
     async def _write(self, tx: Tx, layer: str, key: str, counters: Counters) -> None:
         table, key_column = _TABLES[layer]
-        sets, params = _counter_sets(counters)
+        granted = self.grants.get((layer, key))
+        if granted is not None and counters.permits_in_use > 0:
+            # First: the guard must read the row as it was (rate_reserved changes after it).
+            n = counters.permits_in_use
+            rest = [(c, m) for c, m in counters.items() if c != "permits_in_use"]
+            sets = [_GRANT_PERMITS[layer]] + [f"{column} = {column} + ?" for column, _ in rest]
+            params: list[Any] = [n, n] if layer == KEY else [granted, n, granted, n, n]
+            params += [m for _, m in rest]
+        else:
+            sets, params = _counter_sets(counters)
         if counters.permits_in_use < 0:
             if layer == KEY:
                 tx.keys_freed.add(key)
@@ -297,6 +333,26 @@ COUNT_STARTS_USED = (
     "WHEN rate_window_start + INTERVAL 1 SECOND > ? THEN "
     "CASE WHEN rate_window_used + ? <= ? THEN rate_window_used + ? END "
     "WHEN ? <= ? THEN ? END")
+# `core.limits.grant_still_fits` in SQL for a claim's `n` leases planned at `now`, then its permits
+# taken; every term is a sum, the counters being unsigned. Params: now, n, now, n, n.
+def _grant_permits(table: str, key_column: str, controls: str) -> str:
+    row = table
+    return (f"permits_in_use = CASE WHEN ({row}.rate_window_start IS NULL OR {row}.rate_window_start <= ?) "
+            f"AND EXISTS (SELECT 1 FROM {controls} g WHERE g.id = {row}.{key_column} AND g.paused = 0 "
+            f"AND {row}.permits_in_use + ? <= g.max_concurrency "
+            f"AND CASE WHEN {row}.rate_window_start + INTERVAL 1 SECOND > ? THEN {row}.rate_window_used ELSE 0 END "
+            f"+ {row}.rate_reserved + ? <= g.rate_per_second) THEN permits_in_use + ? END")
+
+
+_GRANT_PERMITS = {
+    QUEUE: _grant_permits("queue_usage", "queue_id", "queues"),
+    APPLICATION: _grant_permits("application_usage", "application_id", "applications"),
+    # A resource key's limit is its concurrency alone. Params: n, n.
+    KEY: ("permits_in_use = CASE WHEN EXISTS (SELECT 1 FROM resource_keys g WHERE g.id = "
+          "resource_key_usage.resource_key_id AND resource_key_usage.permits_in_use + ? <= g.max_concurrency) "
+          "THEN permits_in_use + ? END"),
+}
+
 COUNT_STARTS_START = ("rate_window_start = CASE WHEN rate_window_start + INTERVAL 1 SECOND > ? "
                       "THEN rate_window_start ELSE ? END")
 
