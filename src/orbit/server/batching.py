@@ -114,9 +114,11 @@ class GroupCommitter(Generic[C]):
         self._slots = asyncio.Semaphore(parallel)
         self._in_flight = 0
         self._task: asyncio.Task | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name=f"group-commit-{self.name}")
+        self._event_loop = asyncio.get_running_loop()
+        self._task = self._event_loop.create_task(self._loop(), name=f"group-commit-{self.name}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -128,7 +130,9 @@ class GroupCommitter(Generic[C]):
         """Queue `command`; its reply (or error) arrives on the returned future. A command still
         waiting for its transaction when its time is over (`MAX_QUEUED_S`) is answered
         UNAVAILABLE instead."""
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        # The loop it was started on: asking asyncio for the running loop is a getpid() each time.
+        loop = self._event_loop or asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
         self._pending.append((command, fut, _due_by()))
         self._wake.set()
         return fut
@@ -145,7 +149,7 @@ class GroupCommitter(Generic[C]):
             if batch:
                 await self._slots.acquire()
                 self._in_flight += 1
-                asyncio.create_task(self._flush(batch))
+                (self._event_loop or asyncio.get_running_loop()).create_task(self._flush(batch))
 
     def _refuse(self, fut: asyncio.Future) -> None:
         self.shed += 1
