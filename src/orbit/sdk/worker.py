@@ -437,10 +437,17 @@ class Worker:
         The worker owns the process from here, so what the program built before it (modules,
         configuration) is frozen out of the garbage collector's sight (`gc.freeze`): each task's
         objects outlive a young collection while its attempt is in flight, which would otherwise
-        bring a full collection, through all of it, every few hundred tasks.
+        bring a full collection, through all of it, every few hundred tasks. Its loop is uvloop's
+        when uvloop is installed (as the server's is): its transports cost less per frame.
         """
         gc.freeze()
-        asyncio.run(self._run_with_signals())
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(self._run_with_signals())
+            return
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self._run_with_signals())
 
     async def arun(self) -> None:
         """Run on the current event loop until a drain (stop or signal) completes."""
