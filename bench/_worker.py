@@ -179,11 +179,10 @@ async def run_queues_session(url: str, token: str, queue_ids: list[str], node_id
         await s.close()
 
 
-async def run_sdk_worker(url: str, token: str, queue_id: str, node_id: str, stop: asyncio.Event, stats: Stats,
-                         concurrency: int, lease_ms: int, sync: bool = False) -> None:
-    """One `orbit.Worker` (the SDK's runtime: its own session, Start, renewals, reports) with a
-    no-op handler, for the drain a user's workers would get: `async def`, or (`sync`) a plain
-    function the SDK runs in its threads."""
+def _sdk_worker(url: str, token: str, queue_id: str, node_id: str, stats: Stats, concurrency: int, lease_ms: int,
+                sync: bool) -> Any:
+    """An `orbit.Worker` with a no-op handler that counts into `stats`: `async def`, or (`sync`) a
+    plain function the SDK runs in its threads."""
     import orbit
 
     prefetch = os.environ.get("ORBIT_BENCH_PREFETCH")  # unset: the SDK's default
@@ -198,7 +197,14 @@ async def run_sdk_worker(url: str, token: str, queue_id: str, node_id: str, stop
         @worker.handler
         async def handle(task: orbit.TaskContext) -> None:
             stats.completed += 1
+    return worker
 
+
+async def run_sdk_worker(url: str, token: str, queue_id: str, node_id: str, stop: asyncio.Event, stats: Stats,
+                         concurrency: int, lease_ms: int, sync: bool = False) -> None:
+    """One `orbit.Worker` (the SDK's runtime: its own session, Start, renewals, reports) on this
+    loop, for the drain a user's workers would get, until `stop`."""
+    worker = _sdk_worker(url, token, queue_id, node_id, stats, concurrency, lease_ms, sync)
     run = asyncio.create_task(worker.arun())
     await asyncio.wait([run, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if not run.done():
@@ -212,20 +218,8 @@ def run_sdk_process(url: str, token: str, queue_id: str, node_id: str, concurren
     (the SDK's own loop and signal handling), until SIGTERM or SIGINT (or `seconds`) has drained it."""
     import threading
 
-    import orbit
-
     stats = Stats()
-    prefetch = os.environ.get("ORBIT_BENCH_PREFETCH")  # unset: the SDK's default
-    worker = orbit.Worker(url=url, token=token, queues=[queue_id], concurrency=concurrency, node_id=node_id,
-                          lease_ms=lease_ms, claim_wait_ms=500, prefetch=int(prefetch) if prefetch else None)
-    if sync:
-        @worker.handler
-        def handle_sync(task: orbit.TaskContext) -> None:
-            stats.completed += 1
-    else:
-        @worker.handler
-        async def handle(task: orbit.TaskContext) -> None:
-            stats.completed += 1
+    worker = _sdk_worker(url, token, queue_id, node_id, stats, concurrency, lease_ms, sync)
     timer = threading.Timer(seconds, worker.stop) if seconds is not None else None
     if timer is not None:
         timer.daemon = True

@@ -138,6 +138,7 @@ class GroupCommitter(Generic[C]):
         return fut
 
     async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             # Linger only under load (a transaction in flight): an idle node answers at once.
@@ -149,7 +150,7 @@ class GroupCommitter(Generic[C]):
             if batch:
                 await self._slots.acquire()
                 self._in_flight += 1
-                (self._event_loop or asyncio.get_running_loop()).create_task(self._flush(batch))
+                loop.create_task(self._flush(batch))
 
     def _refuse(self, fut: asyncio.Future) -> None:
         self.shed += 1

@@ -440,8 +440,7 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
         # until the COMMIT, so the unparker is asked to look (a read, when nothing is free).
         tx.keys_freed.update(k for p in planned for k in p.parked)
         await changes.apply(tx)
-        lease_ids = [g["lease_id"] for p in planned for slot in p.slots
-                     for g in (replies[slot].get("tasks") or [] if isinstance(replies[slot], dict) else [])]
+        lease_ids = [g["lease_id"] for p in planned for slot in p.slots for g in _granted(replies[slot])]
         taken_keys = sorted({k for p in planned for k in p.key_leases})
         set_freed, read_freed = usage_q.note_freed(ids, app_ids, taken_keys)
         stmts = [set_freed] + ([lease_q.retime_after_freed(lease_ids)] if lease_ids else []) + [read_freed]
@@ -595,15 +594,16 @@ def _retime_replies(commands: list[ClaimCommand], slots: list[int], replies: lis
     """Tell the claims their leases begin at `now`; the lease ids per new expiry."""
     by_expiry: dict[datetime, list[str]] = {}
     for slot, c in zip(slots, commands):
-        reply = replies[slot]
-        granted = reply.get("tasks") if isinstance(reply, dict) else None
-        if not granted:
-            continue
         expires = now + timedelta(milliseconds=c.lease_ms)
-        for g in granted:
+        for g in _granted(replies[slot]):
             g["lease_expires_at"] = format_ts(expires)
             by_expiry.setdefault(expires, []).append(g["lease_id"])
     return by_expiry
+
+
+def _granted(reply: Any) -> list[dict[str, Any]]:
+    """The leases a claim's reply grants (none for a refusal)."""
+    return (reply.get("tasks") or []) if isinstance(reply, dict) else []
 
 
 def _claim_receipt(granted: list[dict[str, Any]], lease_ms: int) -> str:

@@ -333,15 +333,18 @@ COUNT_STARTS_USED = (
     "WHEN rate_window_start + INTERVAL 1 SECOND > ? THEN "
     "CASE WHEN rate_window_used + ? <= ? THEN rate_window_used + ? END "
     "WHEN ? <= ? THEN ? END")
+COUNT_STARTS_START = ("rate_window_start = CASE WHEN rate_window_start + INTERVAL 1 SECOND > ? "
+                      "THEN rate_window_start ELSE ? END")
+
+
 # `core.limits.grant_still_fits` in SQL for a claim's `n` leases planned at `now`, then its permits
 # taken; every term is a sum, the counters being unsigned. Params: now, n, now, n, n.
 def _grant_permits(table: str, key_column: str, controls: str) -> str:
-    row = table
-    return (f"permits_in_use = CASE WHEN ({row}.rate_window_start IS NULL OR {row}.rate_window_start <= ?) "
-            f"AND EXISTS (SELECT 1 FROM {controls} g WHERE g.id = {row}.{key_column} AND g.paused = 0 "
-            f"AND {row}.permits_in_use + ? <= g.max_concurrency "
-            f"AND CASE WHEN {row}.rate_window_start + INTERVAL 1 SECOND > ? THEN {row}.rate_window_used ELSE 0 END "
-            f"+ {row}.rate_reserved + ? <= g.rate_per_second) THEN permits_in_use + ? END")
+    return (f"permits_in_use = CASE WHEN ({table}.rate_window_start IS NULL OR {table}.rate_window_start <= ?) "
+            f"AND EXISTS (SELECT 1 FROM {controls} g WHERE g.id = {table}.{key_column} AND g.paused = 0 "
+            f"AND {table}.permits_in_use + ? <= g.max_concurrency "
+            f"AND CASE WHEN {table}.rate_window_start + INTERVAL 1 SECOND > ? THEN {table}.rate_window_used ELSE 0 END "
+            f"+ {table}.rate_reserved + ? <= g.rate_per_second) THEN permits_in_use + ? END")
 
 
 _GRANT_PERMITS = {
@@ -352,9 +355,6 @@ _GRANT_PERMITS = {
           "resource_key_usage.resource_key_id AND resource_key_usage.permits_in_use + ? <= g.max_concurrency) "
           "THEN permits_in_use + ? END"),
 }
-
-COUNT_STARTS_START = ("rate_window_start = CASE WHEN rate_window_start + INTERVAL 1 SECOND > ? "
-                      "THEN rate_window_start ELSE ? END")
 
 
 def _counter_sets(counters: Counters) -> tuple[list[str], list[Any]]:
