@@ -496,6 +496,16 @@ async def fetch_all(database_url: str, sql: str, **params: Any) -> list[dict[str
         await engine.dispose()
 
 
+async def stored_events(database_url: str, namespace_id: str | None = None) -> list[dict[str, Any]]:
+    """Every stored event (of a namespace), in the order written: each batch row holds its
+    events as a JSON array of [type, time, resource_type, resource_id, data]."""
+    sql = "SELECT namespace_id, events FROM event_batches"
+    rows = await fetch_all(database_url, sql + (" WHERE namespace_id = :ns" if namespace_id else "") +
+                           " ORDER BY batch_id", ns=namespace_id)
+    return [{"namespace_id": r["namespace_id"], "type": ev[0], "time": ev[1], "resource_type": ev[2],
+             "resource_id": ev[3], "data": ev[4]} for r in rows for ev in json.loads(r["events"])]
+
+
 async def execute(database_url: str, sql: str, **params: Any) -> int:
     """Run one statement in its own committed transaction (fault injection, fixtures); returns rowcount."""
     from sqlalchemy import text

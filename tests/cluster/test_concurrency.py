@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from .nodes import Answer, async_client, fetch_all, get, post, warm_up
+from .nodes import Answer, async_client, fetch_all, get, post, stored_events, warm_up
 
 pytestmark = pytest.mark.cluster
 
@@ -118,9 +118,7 @@ def test_concurrent_creates_of_one_name_have_exactly_one_winner(two_nodes, tenan
             )
         )
         assert [a["idempotency_key"] for a in audits] == [recs[0]["idem_key"]]
-        events = asyncio.run(
-            fetch_all(mariadb_url, "SELECT type FROM events WHERE resource_id=:q", q=queue["id"])
-        )
+        events = [e for e in asyncio.run(stored_events(mariadb_url)) if e["resource_id"] == queue["id"]]
         assert [e["type"] for e in events] == ["queue.created"]
         usage = asyncio.run(
             fetch_all(
@@ -223,13 +221,8 @@ def test_concurrent_configures_with_one_expected_revision_have_one_winner(
         )
     )
     assert sorted(r["idem_key"] for r in recs) == sorted(a["idempotency_key"] for a in audits)
-    events = asyncio.run(
-        fetch_all(
-            mariadb_url,
-            "SELECT type FROM events WHERE resource_id=:q AND type='queue.configured'",
-            q=qid,
-        )
-    )
+    events = [e for e in asyncio.run(stored_events(mariadb_url))
+              if e["resource_id"] == qid and e["type"] == "queue.configured"]
     assert len(events) == 2
 
 

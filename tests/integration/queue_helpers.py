@@ -7,10 +7,11 @@ import uuid
 from typing import Any
 
 import httpx
+import orjson
 from sqlalchemy import func, select
 
 from orbit.server.store.db import Database
-from orbit.server.store.tables import audit_records, events, idempotency_records, queues
+from orbit.server.store.tables import audit_records, event_batches, idempotency_records, queues
 
 HEX32 = re.compile(r"^[0-9a-f]{32}\Z")
 TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z\Z")
@@ -139,7 +140,7 @@ async def state(db: Database, namespace_id: str) -> dict[str, Any]:
 
     async def read(tx):
         counts = {}
-        for t in (queues, idempotency_records, audit_records, events):
+        for t in (queues, idempotency_records, audit_records, event_batches):
             counts[t.name] = await tx.scalar(
                 select(func.count()).select_from(t).where(t.c.namespace_id == namespace_id)
             )
@@ -168,9 +169,12 @@ async def audit_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
 
 
 async def event_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
+    """The stored events about `resource_id` in the order they were written (`data` as JSON text)."""
     async def read(tx):
-        rows = await tx.all(select(events).where(events.c.resource_id == resource_id).order_by(events.c.id))
-        return [dict(r) for r in rows]
+        rows = await tx.all(select(event_batches).order_by(event_batches.c.batch_id))
+        return [{"namespace_id": r["namespace_id"], "batch_id": r["batch_id"], "type": ev[0], "time": ev[1],
+                 "resource_type": ev[2], "resource_id": ev[3], "data": orjson.dumps(ev[4]).decode()}
+                for r in rows for ev in orjson.loads(r["events"]) if ev[3] == resource_id]
 
     return await db.core_read(read)
 

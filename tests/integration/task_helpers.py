@@ -14,12 +14,14 @@ from orbit.server.core.states import UNFINISHED
 from orbit.server.store.tables import (
     application_usage,
     audit_records,
-    events,
+    event_batches,
     idempotency_records,
     queue_usage,
     queues,
     tasks,
 )
+
+from .queue_helpers import event_rows as stored_events
 
 HEX32 = re.compile(r"^[0-9a-f]{32}\Z")
 TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z\Z")
@@ -174,7 +176,7 @@ async def snapshot(tenant, queue_id: str | None = None) -> dict[str, Any]:
 
     async def read(tx):
         counts = {}
-        for t in (tasks, idempotency_records, events, audit_records):
+        for t in (tasks, idempotency_records, event_batches, audit_records):
             counts[t.name] = int(await tx.scalar(select(func.count()).select_from(t).where(t.c.namespace_id == ns)))
         rows = await tx.all(
             select(tasks.c.id, tasks.c.state, tasks.c.updated_at, tasks.c.finished_at, tasks.c.error)
@@ -208,11 +210,8 @@ async def idempotency_records_for(tenant, key: str) -> list[dict[str, Any]]:
 
 
 async def event_rows(tenant, resource_id: str) -> list[dict[str, Any]]:
-    async def read(tx):
-        rows = await tx.all(select(events).where(events.c.resource_id == resource_id).order_by(events.c.id))
-        return [{**dict(r), "data": orjson.loads(r["data"])} for r in rows]
-
-    return await tenant.db.core_read(read)
+    """The stored events about `resource_id` in the order they were written (`data` parsed)."""
+    return [{**e, "data": orjson.loads(e["data"])} for e in await stored_events(tenant.db, resource_id)]
 
 
 async def audit_rows(tenant, resource_id: str) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ from orbit import (
 from orbit.server.app import create_app
 from orbit.server.config import Settings
 from orbit.server.core.ids import new_id
-from orbit.server.store.tables import audit_records, events, idempotency_records, schedule_runs, schedules
+from orbit.server.store.tables import audit_records, event_batches, idempotency_records, schedule_runs, schedules
 
 from .conftest import make_tenant
 from .queue_helpers import (
@@ -160,7 +160,7 @@ async def state(db, namespace_id: str) -> dict[str, Any]:
 
     async def read(tx):
         counts = {}
-        for t in (idempotency_records, audit_records, events):
+        for t in (idempotency_records, audit_records, event_batches):
             counts[t.name] = await tx.scalar(
                 select(func.count()).select_from(t).where(t.c.namespace_id == namespace_id))
         rows = await tx.all(select(schedules).where(schedules.c.namespace_id == namespace_id)

@@ -19,9 +19,8 @@ TEXT = st.one_of(TRICKY, st.text(max_size=40), st.lists(TRICKY, max_size=6).map(
 # Up to 2**63 - 1: SQLite integers are signed 64-bit (Orbit's counters never come near).
 ROWS = st.lists(st.tuples(TEXT, st.integers(min_value=0, max_value=2**63 - 1)), min_size=1, max_size=8)
 CASES = st.tuples(ROWS, TEXT)
-INSERT = Stmt("INSERT INTO events (namespace_id, batch_id, type, time, resource_type, resource_id, data) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?)")
-INSERT_BATCH = Stmt("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at) VALUES (?, ?, ?, ?, ?)")
+INSERT_BATCH = Stmt("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at, events) "
+                    "VALUES (?, ?, ?, ?, ?, ?)")
 
 
 async def _write_and_read(db, case: tuple[list[tuple[str, int]], str]) -> None:
@@ -31,19 +30,17 @@ async def _write_and_read(db, case: tuple[list[tuple[str, int]], str]) -> None:
     ids = [new_id() for _ in rows]
 
     async def write(tx):
-        await tx.defer_rows(INSERT, [(ns, rid, "roundtrip", when, "t", rid, data)
-                                     for rid, (data, _) in zip(ids, rows, strict=True)])
-        await tx.defer_rows(INSERT_BATCH, [(rid, ns, seq, 1, when) for rid, (_, seq) in zip(ids, rows, strict=True)])
+        await tx.defer_rows(INSERT_BATCH, [(rid, ns, seq, 1, when, data)
+                                           for rid, (data, seq) in zip(ids, rows, strict=True)])
         # A deferred UPDATE fills its parameters in (rather than a VALUES list) on MySQL.
-        await tx.defer(Stmt("UPDATE events SET data = ? WHERE namespace_id = ? AND resource_id = ?",
+        await tx.defer(Stmt("UPDATE event_batches SET events = ? WHERE namespace_id = ? AND batch_id = ?",
                             (changed, ns, ids[0])))
 
     await db.transaction(write)
     got = await db.read(lambda tx: tx.rows(Stmt(
-        "SELECT b.seq, e.time, e.data FROM events e JOIN event_batches b ON b.batch_id = e.batch_id "
-        "WHERE e.namespace_id = ? ORDER BY e.id", (ns,))))
-    assert [(r["data"], int(r["seq"])) for r in got] == [(changed, rows[0][1]), *rows[1:]]
-    assert all(r["time"] == when for r in got)
+        "SELECT seq, created_at, events FROM event_batches WHERE namespace_id = ? ORDER BY batch_id", (ns,))))
+    assert [(r["events"], int(r["seq"])) for r in got] == [(changed, rows[0][1]), *rows[1:]]
+    assert all(r["created_at"] == when for r in got)
 
 
 def test_values_read_back_as_they_were_written(db_url):

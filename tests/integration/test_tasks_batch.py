@@ -221,7 +221,7 @@ async def test_queue_full_stops_new_items_but_not_replays(tenant):
     assert [error_of(x) for x in data["results"]] == ["QUEUE_FULL", None]
     after = await snapshot(tenant, q["id"])
     assert after["tasks"] == before["tasks"] and after["usage"] == before["usage"]
-    assert after["counts"]["events"] == before["counts"]["events"]
+    assert after["counts"]["event_batches"] == before["counts"]["event_batches"]
 
     # Once space frees up, the refused identities are accepted, alone or in a batch.
     assert (await cancel(tenant, earlier["id"])).status_code == 200
@@ -310,7 +310,7 @@ async def test_retired_queue_refuses_new_items_but_replays_old_ones(tenant):
     else:
         assert_error(r, 409, "STATE_CONFLICT")
     after = await snapshot(tenant, q["id"])
-    assert after["tasks"] == before["tasks"] and after["counts"]["events"] == before["counts"]["events"]
+    assert after["tasks"] == before["tasks"] and after["counts"]["event_batches"] == before["counts"]["event_batches"]
     assert await idempotency_records_for(tenant, "new") == []
 
 

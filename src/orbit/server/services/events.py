@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 import orjson
 
-from ..core.timefmt import format_ts
 from ..errors import DomainError, invalid_argument
 from ..store.db import Database
 from ..store.queries import events as ev_q
@@ -145,23 +144,20 @@ def parse_types(values: list[str]) -> tuple[list[str], list[str]]:
     return exact, prefixes
 
 
-def _numbered(rows: list[dict[str, Any]], after: int) -> list[tuple[int, dict[str, Any]]]:
-    """Each event's seq (its batch's first seq plus its place in the batch), past `after`."""
+def _numbered(rows: list[dict[str, Any]], after: int) -> list[tuple[int, list[Any]]]:
+    """Each event of these batches with its seq (its batch's first seq plus its place in the
+    batch), past `after`; an event is [type, time, resource type, resource id, data]."""
     out = []
-    place: dict[int, int] = {}
     for r in rows:
         first = int(r["first_seq"])
-        seq = first + place.get(first, 0)
-        place[first] = place.get(first, 0) + 1
-        if seq > after:
-            out.append((seq, r))
+        out.extend((first + i, ev) for i, ev in enumerate(orjson.loads(r["events"])) if first + i > after)
     return out
 
 
-def _event_json(seq: int, row: Any) -> dict[str, Any]:
-    return {"seq": str(seq), "type": row["type"], "time": format_ts(row["time"]),
-            "resource_type": row["resource_type"], "resource_id": row["resource_id"],
-            "data": orjson.Fragment(row["data"])}
+def _event_json(seq: int, ev: list[Any]) -> dict[str, Any]:
+    type_, time, resource_type, resource_id, data = ev
+    return {"seq": str(seq), "type": type_, "time": time, "resource_type": resource_type,
+            "resource_id": resource_id, "data": data}
 
 
 def _wanted(type_: str, exact: list[str], prefixes: list[str]) -> bool:
@@ -193,7 +189,7 @@ async def read_events(db: Database, principal: Principal, sequencer: Waiter | No
             return [(s_, r) for s_, r in _numbered(rows, after) if s_ <= through], through
 
         events, through = await db.read(read)
-        items = [_event_json(s_, r) for s_, r in events if _wanted(r["type"], exact, prefixes)]
+        items = [_event_json(s_, ev) for s_, ev in events if _wanted(ev[0], exact, prefixes)]
         remaining = deadline - time.monotonic()
         if items or through > after or remaining <= 0:
             break

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Column, Computed, Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint
 
 from ...models import ConfigureQueueRequest, configure_controls
-from .types import U32, U64, AsciiKey, Bool, Hash, Id, JsonText, Name, NodeId, Seq, Short, Ts, Utf8Text
+from .types import U32, U64, AsciiKey, Bool, Hash, Id, JsonText, Name, NodeId, Short, Ts, Utf8Text
 
 metadata = MetaData()
 
@@ -155,20 +155,6 @@ audit_sequencers = Table(
     Column("last_seq", U64, nullable=False),
 )
 
-events = Table(
-    "events",
-    metadata,
-    Column("id", Seq, primary_key=True, autoincrement=True),
-    Column("namespace_id", Id, nullable=False),
-    Column("type", Short, nullable=False),
-    Column("time", Ts, nullable=False),
-    Column("resource_type", Short, nullable=False),
-    Column("resource_id", Id, nullable=False),
-    Column("data", JsonText, nullable=False),
-    Column("batch_id", Id, nullable=True),
-    Index("ix_events_batch", "batch_id", "id"),
-)
-
 event_batches = Table(
     "event_batches",
     metadata,
@@ -177,6 +163,7 @@ event_batches = Table(
     Column("seq", U64, nullable=True),
     Column("count", U32, nullable=False),
     Column("created_at", Ts, nullable=False),
+    Column("events", JsonText, nullable=True),
     Index("ix_event_batches_namespace_seq", "namespace_id", "seq"),
 )
 

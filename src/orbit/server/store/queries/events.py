@@ -1,5 +1,8 @@
 """The outbox and the event feed: events written in the transaction of the change they describe,
-numbered afterwards per namespace by the sequencer (`event_sequencers`), read by `seq`."""
+numbered afterwards per namespace by the sequencer (`event_sequencers`), read by `seq`.
+
+A transaction's events of one namespace are one `event_batches` row, their bodies a JSON array
+in seq order: one row written per write rather than one per event."""
 
 from __future__ import annotations
 
@@ -7,27 +10,32 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from ...core.ids import new_id
+from ...core.timefmt import format_ts
 from ..tx import Stmt, Tx, placeholders
 
-_INSERT = Stmt("INSERT INTO events (namespace_id, batch_id, type, time, resource_type, resource_id, data) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?)")
-_INSERT_BATCH = Stmt("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at) "
-                     "VALUES (?, ?, ?, ?, ?)")
+_INSERT_BATCH = Stmt("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at, events) "
+                     "VALUES (?, ?, ?, ?, ?, ?)")
+
+
+def body(type_: str, time: datetime, resource_type: str, resource_id: str, data_json: str) -> list[Any]:
+    """An event as its batch stores it: [type, time, resource type, resource id, data]."""
+    return [type_, format_ts(time), resource_type, resource_id, orjson.Fragment(data_json)]
 
 
 async def insert(tx: Tx, rows: Sequence[Sequence[Any]]) -> None:
     """(namespace id, type, time, resource type, resource id, data JSON) rows, with the next round
     trip: each namespace's events form one batch, numbered by the node's sequencer once the
-    transaction commits (its events take consecutive seqs in id order)."""
-    batches: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    for r in rows:
-        batches.setdefault(r[0], new_id())
-        counts[r[0]] = counts.get(r[0], 0) + 1
-    await tx.defer_rows(_INSERT, [(r[0], batches[r[0]], *r[1:]) for r in rows])
+    transaction commits (its events take consecutive seqs in the order given)."""
+    by_ns: dict[str, list[list[Any]]] = {}
+    for ns, type_, time, rtype, rid, data in rows:
+        by_ns.setdefault(ns, []).append(body(type_, time, rtype, rid, data))
     now = rows[0][2]
-    await tx.defer_rows(_INSERT_BATCH, [(b, ns, None, counts[ns], now) for ns, b in batches.items()])
+    batches = {ns: new_id() for ns in by_ns}
+    await tx.defer_rows(_INSERT_BATCH, [(batches[ns], ns, None, len(evs), now, orjson.dumps(evs).decode())
+                                        for ns, evs in by_ns.items()])
     tx.events_written.update(batches)
 
 
@@ -79,12 +87,11 @@ def namespaces_with_unnumbered() -> Stmt:
 
 
 def page(namespace_id: str, after: int, through: int) -> Stmt:
-    """The events numbered `after < seq <= through`, with their batch's first seq, in seq order
-    (a batch's events follow its first seq in id order)."""
-    return Stmt("SELECT b.seq AS first_seq, e.id, e.type, e.time, e.resource_type, e.resource_id, e.data "
-                "FROM event_batches b JOIN events e ON e.batch_id = b.batch_id "
-                "WHERE b.namespace_id = ? AND b.seq IS NOT NULL AND b.seq <= ? AND b.seq + b.count > ? "
-                "ORDER BY b.seq, e.id", (namespace_id, through, after))
+    """The batches holding the events numbered `after < seq <= through`, in seq order (a batch's
+    events follow its first seq in the order of its array)."""
+    return Stmt("SELECT seq AS first_seq, events FROM event_batches "
+                "WHERE namespace_id = ? AND seq IS NOT NULL AND seq <= ? AND seq + count > ? "
+                "ORDER BY seq", (namespace_id, through, after))
 
 
 # ---------------------------------------------------------------- retention
@@ -101,9 +108,7 @@ def oldest(namespace_id: str, after: int, limit: int) -> Stmt:
 
 
 def delete_batches(batch_ids: list[str]) -> list[Stmt]:
-    marks = placeholders(len(batch_ids))
-    return [Stmt(f"DELETE FROM events WHERE batch_id IN ({marks})", batch_ids),
-            Stmt(f"DELETE FROM event_batches WHERE batch_id IN ({marks})", batch_ids)]
+    return [Stmt(f"DELETE FROM event_batches WHERE batch_id IN ({placeholders(len(batch_ids))})", batch_ids)]
 
 
 def set_pruned(namespace_id: str, through: int) -> Stmt:
