@@ -284,7 +284,7 @@ async def check_queue_state(
         "FROM audit_records WHERE namespace_id = :ns AND resource_type = 'queue'",
         ns=ns,
     )
-    events = [e for e in await stored_events(database_url, ns) if e["resource_type"] == "queue"]
+    events = [e for e in await stored_events(database_url, namespace_id=ns) if e["resource_type"] == "queue"]
     orphan_usage = await fetch_all(
         database_url,
         "SELECT u.queue_id FROM queue_usage u LEFT JOIN queues q ON q.id = u.queue_id WHERE q.id IS NULL",

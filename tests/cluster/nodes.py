@@ -496,14 +496,19 @@ async def fetch_all(database_url: str, sql: str, **params: Any) -> list[dict[str
         await engine.dispose()
 
 
-async def stored_events(database_url: str, namespace_id: str | None = None) -> list[dict[str, Any]]:
-    """Every stored event (of a namespace), in the order written: each batch row holds its
-    events as a JSON array of [type, time, resource_type, resource_id, data]."""
-    sql = "SELECT namespace_id, events FROM event_batches"
-    rows = await fetch_all(database_url, sql + (" WHERE namespace_id = :ns" if namespace_id else "") +
-                           " ORDER BY batch_id", ns=namespace_id)
+async def stored_events(database_url: str, *, namespace_id: str | None = None,
+                        resource_id: str | None = None) -> list[dict[str, Any]]:
+    """The stored events of a namespace or about a resource, in the order written: each batch
+    row holds its events as a JSON array of [type, time, resource_type, resource_id, data]."""
+    if namespace_id is not None:
+        where, value = "namespace_id = :v", namespace_id
+    else:
+        where, value = "events LIKE :v", f'%"{resource_id}"%'
+    rows = await fetch_all(database_url, f"SELECT namespace_id, events FROM event_batches WHERE {where} "
+                           "ORDER BY batch_id", v=value)
     return [{"namespace_id": r["namespace_id"], "type": ev[0], "time": ev[1], "resource_type": ev[2],
-             "resource_id": ev[3], "data": ev[4]} for r in rows for ev in json.loads(r["events"])]
+             "resource_id": ev[3], "data": ev[4]} for r in rows for ev in json.loads(r["events"])
+            if resource_id is None or ev[3] == resource_id]
 
 
 async def execute(database_url: str, sql: str, **params: Any) -> int:

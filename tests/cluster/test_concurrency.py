@@ -118,7 +118,7 @@ def test_concurrent_creates_of_one_name_have_exactly_one_winner(two_nodes, tenan
             )
         )
         assert [a["idempotency_key"] for a in audits] == [recs[0]["idem_key"]]
-        events = [e for e in asyncio.run(stored_events(mariadb_url)) if e["resource_id"] == queue["id"]]
+        events = asyncio.run(stored_events(mariadb_url, resource_id=queue["id"]))
         assert [e["type"] for e in events] == ["queue.created"]
         usage = asyncio.run(
             fetch_all(
@@ -221,8 +221,7 @@ def test_concurrent_configures_with_one_expected_revision_have_one_winner(
         )
     )
     assert sorted(r["idem_key"] for r in recs) == sorted(a["idempotency_key"] for a in audits)
-    events = [e for e in asyncio.run(stored_events(mariadb_url))
-              if e["resource_id"] == qid and e["type"] == "queue.configured"]
+    events = [e for e in asyncio.run(stored_events(mariadb_url, resource_id=qid)) if e["type"] == "queue.configured"]
     assert len(events) == 2
 
 

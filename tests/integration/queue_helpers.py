@@ -169,9 +169,11 @@ async def audit_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
 
 
 async def event_rows(db: Database, resource_id: str) -> list[dict[str, Any]]:
-    """The stored events about `resource_id` in the order they were written (`data` as JSON text)."""
+    """The stored events about `resource_id` in the order they were written (`data` as JSON text).
+    Only batches naming it are read: other tests store arbitrary text in the column."""
     async def read(tx):
-        rows = await tx.all(select(event_batches).order_by(event_batches.c.batch_id))
+        rows = await tx.all(select(event_batches).where(event_batches.c.events.contains(f'"{resource_id}"'))
+                            .order_by(event_batches.c.batch_id))
         return [{"namespace_id": r["namespace_id"], "batch_id": r["batch_id"], "type": ev[0], "time": ev[1],
                  "resource_type": ev[2], "resource_id": ev[3], "data": orjson.dumps(ev[4]).decode()}
                 for r in rows for ev in orjson.loads(r["events"]) if ev[3] == resource_id]
