@@ -18,13 +18,13 @@ EVENT = ("INSERT INTO events (namespace_id, batch_id, type, time, resource_type,
 def test_event_rows_move_into_their_batches(empty_db_url):
     run(empty_db_url, to("000016"))
     ns = "a" * 32
-    batches = [("%032x" % i, i) for i in range(1, 4)]
+    batches = [(f"{i:032x}", i) for i in range(1, 4)]
     events = []
     for b, seq in batches:
         n = 600 if seq == 2 else seq
         for k in range(n):
-            events.append({"ns": ns, "b": b, "type": f"task.t{k % 3}", "time": "2026-01-01 00:00:0%d.123456" % seq,
-                           "rid": "%032x" % (seq * 1000 + k), "data": orjson.dumps({"k": k, "s": "é'\""}).decode()})
+            events.append({"ns": ns, "b": b, "type": f"task.t{k % 3}", "time": f"2026-01-01 00:00:0{seq}.123456",
+                           "rid": f"{seq * 1000 + k:032x}", "data": orjson.dumps({"k": k, "s": "é'\""}).decode()})
 
     def write(conn) -> None:
         for b, seq in batches:
@@ -44,6 +44,6 @@ def test_event_rows_move_into_their_batches(empty_db_url):
     run(empty_db_url, read)
     assert "events" not in found["tables"]
     for b, seq in batches:
-        want = [[e["type"], "2026-01-01T00:00:0%d.123456Z" % seq, "task", e["rid"], orjson.loads(e["data"])]
+        want = [[e["type"], f"2026-01-01T00:00:0{seq}.123456Z", "task", e["rid"], orjson.loads(e["data"])]
                 for e in events if e["b"] == b]
         assert found["bodies"][b] == want
