@@ -45,6 +45,8 @@ def upgrade() -> None:
         bodies: dict[str, list] = {i: [] for i in ids}
         for r in bind.execute(sa.select(events).where(events.c.batch_id.in_(ids))
                               .order_by(events.c.batch_id, events.c.id)).mappings():
+            # The stored shape as of this revision, spelled out rather than taken from the store's
+            # `events.body`, so that a later change there cannot change what this step writes.
             bodies[r["batch_id"]].append([r["type"], format_ts(r["time"]), r["resource_type"], r["resource_id"],
                                           orjson.Fragment(r["data"])])
         bind.execute(sa.update(batches).where(batches.c.batch_id == sa.bindparam("b_id"))
