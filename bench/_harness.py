@@ -84,10 +84,13 @@ def drop_mysql_database(url: str) -> None:
         mysql(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]}", timeout=300)
 
 
-def bootstrap(url: str, workdir: Path, permissions: tuple[str, ...] = ()) -> dict:
-    """Migrate, then issue the bootstrap credential (its permissions, the worker's, and `permissions`)."""
+def bootstrap(url: str, workdir: Path, permissions: tuple[str, ...] = (), schema_sql: str | None = None) -> dict:
+    """Migrate, then issue the bootstrap credential (its permissions, the worker's, and `permissions`).
+    `schema_sql` runs after the migrations: a schema change measured before it becomes one."""
     subprocess.run(_cli("orbit-admin") + ["--database-url", url, "migrate"], check=True, capture_output=True,
                    timeout=300)
+    if schema_sql:
+        mysql(schema_sql, database=urlsplit(url).path.lstrip("/"), timeout=300)
     out = workdir / "credentials.json"
     subprocess.run(
         _cli("orbit-admin") + ["--database-url", url, "bootstrap", "--application", "bench", "--namespace",
@@ -133,14 +136,14 @@ def servers(url: str, count: int = 1, log_dir: Path | None = None):
 
 @contextmanager
 def environment(database_url: str | None, nodes: int = 1, log_dir: Path | None = None,
-                permissions: tuple[str, ...] = ()):
+                permissions: tuple[str, ...] = (), schema_sql: str | None = None):
     """A fresh MariaDB database (unless one is given), credentials (with `permissions` beyond the
-    bootstrap's, e.g. `applications:manage`) and running nodes."""
+    bootstrap's, e.g. `applications:manage`) and running nodes; `schema_sql` as in `bootstrap`."""
     url = database_url or create_mysql_database()
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
         try:
-            creds = bootstrap(url, Path(tmp), permissions)
+            creds = bootstrap(url, Path(tmp), permissions, schema_sql)
             creds["_database_url"] = url
             with servers(url, nodes, log_dir) as urls:
                 yield urls, creds

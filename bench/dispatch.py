@@ -58,13 +58,15 @@ def _worker_process(urls, token, queue_id, sessions, seconds, result_q, sdk: boo
     run_loop(main())
 
 
-async def preload(url: str, token: str, queue_id: str, total: int) -> float:
+async def preload(url: str, token: str, queue_id: str, total: int, payload_bytes: int = 0) -> float:
+    """Submit `total` tasks in batches of 500 (each payload padded by `payload_bytes`); seconds taken."""
+    pad = {"pad": "x" * payload_bytes} if payload_bytes else {}
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as c:
         sem = asyncio.Semaphore(4)
 
         async def one(b: int) -> None:
             async with sem:
-                items = [{"idempotency_key": f"p-{b}-{i}", "payload": {"i": i}} for i in range(500)]
+                items = [{"idempotency_key": f"p-{b}-{i}", "payload": {"i": i, **pad}} for i in range(500)]
                 r = await c.post(f"/v1/queues/{queue_id}/tasks:batch", json={"tasks": items},
                                  headers={"Idempotency-Key": f"pb-{b}"})
                 r.raise_for_status()

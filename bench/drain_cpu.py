@@ -10,6 +10,8 @@ by. `--py-spy FILE` records a raw py-spy profile of the server for 6 s mid-drain
 from the first lease, so the worker processes' start-up is not in them. `--sdk`
 drains with the SDK's `orbit.Worker` runtime instead of the lean raw-protocol sessions; a
 user's natural set-up is `--sdk --sessions 1 --concurrency 64` (add `--sync` for a threaded handler).
+`--schema-sql "ALTER TABLE …"` changes the fresh database after its migrations, to measure a
+schema change (an index dropped, a column's type) against the current one before writing it.
 """
 
 from __future__ import annotations
@@ -41,15 +43,17 @@ def main() -> None:
     ap.add_argument("--sdk", action="store_true", help="drain with the SDK's orbit.Worker (one per session)")
     ap.add_argument("--concurrency", type=int, default=50, help="with --sdk: each worker's concurrency")
     ap.add_argument("--sync", action="store_true", help="with --sdk: a plain (threaded) handler")
+    ap.add_argument("--payload-bytes", type=int, default=0, help="pad every task's payload by this many bytes")
+    ap.add_argument("--schema-sql", metavar="SQL", help="run these statements after migrating the fresh database")
     args = ap.parse_args()
     n = args.tasks
-    with environment(None, 1) as (urls, creds):
+    with environment(None, 1, schema_sql=args.schema_sql) as (urls, creds):
         token = creds["token"]
         c = httpx.Client(base_url=urls[0], headers={"Authorization": f"Bearer {token}"})
         q = c.post("/v1/queues", json={"name": f"cpu-{uuid.uuid4().hex[:6]}", "max_concurrency": 100000,
                                        "rate_per_second": 1000000, "max_unfinished_tasks": 1000000},
                    headers={"Idempotency-Key": uuid.uuid4().hex}).json()["data"]["queue"]["id"]
-        load_s = asyncio.run(preload(urls[0], token, q, n))
+        load_s = asyncio.run(preload(urls[0], token, q, n, args.payload_bytes))
         server = pid_of("-f", "orbit server")
         if server is None or pid_of("-x", "mariadbd") is None:
             raise SystemExit("drain_cpu: the server or mariadbd does not run on this machine")
