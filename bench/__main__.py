@@ -87,7 +87,7 @@ def run_scenario(ctx: suite.Context, name: str, fn, seconds: float) -> None:
 
 async def drain_and_latency(ctx: suite.Context) -> None:
     """Orbit 1 node (+ latency at half its drain rate), Orbit 2 nodes, Orbit 1 node with SDK workers
-    (async and sync handlers), then each peer the same way."""
+    (async and sync handlers), Orbit 1 node again, then each peer the same way."""
     from bench.peers import celery_runner, procrastinate_runner
 
     drain, latency = ctx.wants("drain"), ctx.wants("latency")
@@ -107,6 +107,9 @@ async def drain_and_latency(ctx: suite.Context) -> None:
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 2, with_latency=False))
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk="async"))
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk="sync"))
+        # The lean drain again: the SDK rows are compared with the mean of the lean drains before
+        # and after them, so that the machine's drift over those minutes weighs on both sides.
+        await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, again=True))
     runners = {"celery": celery_runner, "procrastinate": procrastinate_runner}
     for peer in ctx.peers:
         system = "celery+redis" if peer == "celery" else peer

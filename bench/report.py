@@ -155,11 +155,16 @@ def render(data: dict[str, Any], order: list[str]) -> str:
         pr = _metric(_find(rows, "drain", peer), "tasks_per_s")
         if drain is not None and pr is not None:
             tg.append((f"drain ahead of {peer} (orbit/peer)", drain / pr, "> 1", drain > pr))
-    # Ratios within this run, so that they hold on any machine.
+    # Ratios within this run, so that they hold on any machine. The SDK rows against the mean of
+    # the lean drains run before and after them (one when the second is missing).
+    lean = [v for v in (drain, _metric(_find_case(rows, "drain", "orbit", ", again"), "tasks_per_s"))
+            if v]
+    lean_mean = sum(lean) / len(lean) if lean else None
     for handler in ("async", "sync"):
         sdk = _metric(_find(rows, "drain", "orbit", f"1 node, SDK {handler}"), "tasks_per_s")
-        if sdk is not None and drain:
-            tg.append((f"SDK drain, {handler} handler / lean drain", sdk / drain, ">= 0.9", sdk / drain >= 0.9))
+        if sdk is not None and lean_mean:
+            label = f"SDK drain, {handler} handler / lean drain" + (" (mean of 2)" if len(lean) > 1 else "")
+            tg.append((label, sdk / lean_mean, ">= 0.9", sdk / lean_mean >= 0.9))
     light = _metric(orbit_fixed, "p50_ms")
     light99 = _metric(orbit_fixed, "p99_ms")
     peer_light = _metric(_find_case(rows, "latency", "procrastinate", "(fixed)"), "p50_ms")
