@@ -445,7 +445,7 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
     `again`: the lean drain once more, after the SDK rows (its case says so)."""
     s = ctx.sizes
     n = s.drain_tasks
-    name = f"drain{nodes}{'-sdk-' + sdk if sdk else ''}"
+    name = f"drain{nodes}{'-sdk-' + sdk if sdk else ''}{'-again' if again else ''}"
     with environment(None, nodes, ctx.log_dir) as (urls, creds):
         token, db_url = creds["token"], creds["_database_url"]
         db = Conn(db_url)
