@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import collections
 import json
-import subprocess
 import sys
 import time
 import uuid
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._harness import cpu_seconds, pid_of  # noqa: E402
+from bench._harness import cpu_seconds, create_mysql_database, drop_mysql_database, mysql, pid_of  # noqa: E402
 from orbit.server.core.permissions import ALL_PERMISSIONS  # noqa: E402
 from orbit.server.services import dispatch, tasks, tenancy  # noqa: E402
 from orbit.server.services.auth import Principal  # noqa: E402
@@ -133,13 +132,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.statements:
         _time_statements()
-    name = f"orbit_bench_{uuid.uuid4().hex[:8]}"
-    subprocess.run(["mysql", "-uroot", "-h127.0.0.1", "-e", f"CREATE DATABASE {name}"], check=True)
-    url = f"mysql://root@127.0.0.1:3306/{name}"
+    url = create_mysql_database()  # ORBIT_BENCH_MYSQL_URL names the server, as for the suite
     try:
         asyncio.run(migrate.upgrade(url))
         if args.schema_sql:
-            subprocess.run(["mysql", "-uroot", "-h127.0.0.1", name, "-e", args.schema_sql], check=True)
+            mysql(args.schema_sql, database=url.rsplit("/", 1)[1])
         for b in (int(x) for x in args.batches.split(",")):
             total = args.tasks if b >= 10 else min(args.tasks, 1000)
             print(json.dumps(asyncio.run(run(url, total, b))), flush=True)
@@ -147,8 +144,7 @@ def main() -> None:
             for k, (c, t) in sorted(STATS.items(), key=lambda x: -x[1][1])[:20]:
                 print(json.dumps({"statement": k, "count": int(c), "ms_each": round(t / c * 1000, 2)}))
     finally:
-        subprocess.run(["mysql", "-uroot", "-h127.0.0.1", "-e", f"DROP DATABASE {name}"], check=False)
-
+        drop_mysql_database(url)
 
 if __name__ == "__main__":
     main()
