@@ -114,7 +114,9 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
         for (a, ta), (b, tb) in zip(points, points[1:]):
             hops.setdefault(f"{a} -> {b}", []).append((tb - ta) * 1000)
         hops.setdefault("TOTAL created_at -> started_at", []).append((ts(started) - ts(created)) * 1000)
-    print(f"{len(rows)} tasks at {rate}/s x {batch} per request, {sessions} sessions")
+    handed = sum(1 for _, created, leased, _ in rows if leased == created)
+    print(f"{len(rows)} tasks at {rate}/s x {batch} per request, {sessions} sessions; "
+          f"{handed} leased in their submit's transaction")
     for k, v in hops.items():
         print(f"  {k:40s} p50 {percentile(v, 50):7.2f}  p90 {percentile(v, 90):7.2f} ms")
 

@@ -346,7 +346,7 @@ async def test_one_key_submitted_through_two_transactions_at_once_creates_one_ta
             svc.submit_group(tenant.db, [svc.QueuedSubmit(who, q["id"], cmd)]),
             svc.submit_group(tenant.db, [svc.QueuedSubmit(who, q["id"], cmd), svc.QueuedSubmit(who, q["id"], other)]),
         )
-        (a,), (b, c) = groups
+        ((a,), _), ((b, c), _) = groups
         assert a.error is None and b.error is None and c.error is None
         assert a.outcome.resource_id == b.outcome.resource_id
         assert sorted([a.outcome.deduplicated, b.outcome.deduplicated]) == [False, True]

@@ -102,3 +102,55 @@ async def test_claims_answered_leave_nothing_behind() -> None:
     assert n._missed == {"q"}
     n.unwatch("q")
     assert not n._polled and not n._missed
+
+
+async def test_a_submit_takes_the_longest_waiting_claims_that_offered_their_command() -> None:
+    """`take` hands out only claims with an offer, oldest first, covering the count; a taken
+    claim ends with the reply `serve` gives it, never with its timeout."""
+    n = Notifier()
+    plain = asyncio.create_task(n.wait("q", 5.0, 5))
+    await asyncio.sleep(0)
+    a = asyncio.create_task(n.wait("q", 0.05, 5, offer="claim-a"))
+    await asyncio.sleep(0)
+    b = asyncio.create_task(n.wait("q", 5.0, 5, offer="claim-b"))
+    await asyncio.sleep(0)
+    c = asyncio.create_task(n.wait("q", 5.0, 5, offer="claim-c"))
+    await asyncio.sleep(0)
+    taken = n.take("q", 6)
+    assert [w.offer for w in taken] == ["claim-a", "claim-b"]
+    await asyncio.sleep(0.1)  # past a's timeout: a taken claim waits for its answer
+    assert not a.done() and not b.done()
+    n.serve(taken, [{"tasks": ["t1"]}, {"tasks": []}])
+    assert await a == {"tasks": ["t1"]}
+    assert await b == {"tasks": []}
+    n.notify("q", 1)  # the plain waiter and c are still listed, in their order
+    await asyncio.wait_for(plain, 1.0)
+    assert not c.done()
+    (left,) = n.take("q", 1)
+    n.serve([left], None)  # the transaction failed: the claim is woken to claim on its own
+    assert await c is None
+    assert n.queues() == []
+
+
+async def test_a_taken_claim_whose_wait_was_cancelled_is_skipped_by_serve() -> None:
+    n = Notifier()
+    t = asyncio.create_task(n.wait("q", 5.0, 1, offer="claim"))
+    await asyncio.sleep(0)
+    taken = n.take("q", 1)
+    t.cancel()
+    await asyncio.gather(t, return_exceptions=True)
+    n.serve(taken, [{"tasks": ["t1"]}])  # no error: the session went away meanwhile
+    assert n.take("q", 1) == [] and n.queues() == []
+
+
+def test_only_submits_far_enough_apart_on_a_polled_queue_count_as_sparse() -> None:
+    from orbit.server.wakeups import HANDOFF_GAP_S
+
+    n = Notifier()
+    assert not n.sparse("q", 100.0)  # no claim polls it here
+    n.watch("q")
+    assert n.sparse("q", 100.0)  # the first one seen
+    assert not n.sparse("q", 100.0 + HANDOFF_GAP_S / 2)
+    assert n.sparse("q", 100.0 + HANDOFF_GAP_S * 2)
+    n.unwatch("q")
+    assert not n._last_submit  # forgotten with the last claim polling it

@@ -205,6 +205,11 @@ class KeyedBatcher(Generic[C, R]):
             queue.append((command, fut, _due_by()))
         return await fut
 
+    def waiting(self, key: str) -> int:
+        """Commands of `key` queued behind the transaction now in flight."""
+        queue = self._pending.get(key)
+        return len(queue) if queue else 0
+
     def _refuse(self, fut: asyncio.Future) -> None:
         self.shed += 1
         fut.set_exception(overloaded())

@@ -58,8 +58,6 @@ async def submit_task(request: Request, queue_id: str):
         call.revocation_checked(admission.error)
         if admission.error is not None:
             raise admission.error
-        if not admission.outcome.deduplicated:
-            call.node.wakeups.work_in(queue_id, 1)
         return call.outcome(admission.outcome, 201)
 
 

@@ -148,6 +148,12 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[Result]
     A claim resent while it waits for its transaction (the same credential and message id)
     is served once and both get its answer, as a replay would.
     """
+    return await db.lock_last(lambda tx, optimistic: claim_within(tx, commands, optimistic=optimistic))
+
+
+async def claim_within(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[Result]:
+    """`claim_many`'s work in the caller's transaction (a submit's serves the claims waiting for
+    its tasks; see `tasks.submit_group`): the same locks, in the same order, after the caller's."""
     unique: list[ClaimCommand] = []
     slot: dict[tuple[str, str], int] = {}
     served = []
@@ -157,7 +163,7 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[Result]
             slot[key] = len(unique)
             unique.append(c)
         served.append(slot[key])
-    replies = await db.lock_last(lambda tx, optimistic: _claim_body(tx, unique, optimistic=optimistic))
+    replies = await _claim_body(tx, unique, optimistic=optimistic)
     return [replies[i] for i in served]
 
 

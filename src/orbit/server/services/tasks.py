@@ -7,7 +7,7 @@ usage rows locked in the order queue_usage -> application_usage.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,6 +47,7 @@ from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
 from . import metrics
 from .auth import Principal
+from .dispatch import ClaimCommand, claim_within
 from .idempotency import IdempotencyScope, Outcome, WriteRequest, insert_records, request_digest
 from .outbox import emit_many, write_audit
 
@@ -489,23 +490,35 @@ class QueuedSubmit:
         return f"{self.queue_id}/{self.principal.namespace_id}/{self.principal.application_id}"
 
 
-async def submit_group(db: Database, group: list[QueuedSubmit]) -> list[Admission]:
+async def submit_group(db: Database, group: list[QueuedSubmit],
+                       claims: Sequence[ClaimCommand] = ()) -> tuple[list[Admission], list[Any] | None]:
     """Single submits of one group that arrived together, admitted in arrival order in one
     transaction: each keeps its own idempotency record, result and error. A lone submit
-    is refused outright when full; a larger group decides per task under the lock."""
+    is refused outright when full; a larger group decides per task under the lock.
+
+    `claims` (of the group's queue, waiting on this node) are served in the same transaction once
+    a task was admitted, after the submits' writes: the tasks are leased as they commit, without
+    a claim transaction of their own. Returns the admissions and the claims' replies (None: the
+    claims were not served and must run on their own)."""
     first = group[0]
     commands = [q.cmd for q in group]
     recheck = [None if q.verified else q.principal.credential_id for q in group]
+
+    async def body(tx: Tx, optimistic: bool) -> tuple[list[Admission], list[Any] | None]:
+        admissions = await admit(tx, first.principal, first.queue_id, commands, optimistic=optimistic,
+                                 recheck=recheck if any(recheck) else None)
+        if not claims or not any(a.outcome is not None and not a.outcome.deduplicated for a in admissions):
+            return admissions, None
+        return admissions, await claim_within(tx, list(claims), optimistic=optimistic)
+
     try:
-        admissions = await db.lock_last(lambda tx, optimistic: admit(
-            tx, first.principal, first.queue_id, commands, optimistic=optimistic,
-            recheck=recheck if any(recheck) else None))
+        admissions, served = await db.lock_last(body)
     except DomainError as exc:
         metrics.submitted(0, (exc.code,))
         raise
     metrics.submitted(sum(1 for a in admissions if a.outcome is not None and not a.outcome.deduplicated),
                       [a.error.code for a in admissions if a.error is not None])
-    return admissions
+    return admissions, served
 
 
 def _item_json(a: Admission) -> dict[str, Any]:

@@ -407,14 +407,23 @@ class WorkerSession:
             return await self._claim(queue_id, max_tasks, lease_ms, msg_id)
         deadline = time.monotonic() + wait_ms / 1000
         self.hub.notifier.watch(queue_id)
+        # Offered while it waits: a submit of this queue on this node may serve the claim in its
+        # own transaction (then its reply comes back from the wait).
+        offer = dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id)
         try:
+            reply = await self._claim(queue_id, max_tasks, lease_ms, msg_id)
             while True:
-                reply = await self._claim(queue_id, max_tasks, lease_ms, msg_id)
                 remaining = deadline - time.monotonic()
                 if (isinstance(reply, DomainError) or reply["tasks"] or remaining <= 0 or self.hub.draining
                         or self._closed):
                     return reply
-                await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks)
+                served = await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks, offer)
+                if served is None:
+                    reply = await self._claim(queue_id, max_tasks, lease_ms, msg_id)
+                else:
+                    reply = served
+                    if not isinstance(reply, DomainError) and reply["tasks"]:
+                        self._remember(reply["tasks"])
         finally:
             self.hub.notifier.unwatch(queue_id)
 

@@ -1,0 +1,122 @@
+"""A claim waiting on a node is served by the transaction of a submit to its queue on that node
+(no claim transaction of its own), with every guarantee a claim has: limits, replay, counters."""
+
+import asyncio
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from orbit.server.app import create_app
+from orbit.server.config import Settings
+from orbit.server.store.tables import leases, queue_usage, tasks
+
+from .worker_client import Worker, serve
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def base(db, db_url):
+    app = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
+    async with serve(app) as url:
+        yield url
+
+
+async def _rows(tenant, table, column, value):
+    async def read(tx):
+        return [dict(r) for r in (await tx.all(select(table).where(column == value)))]
+    return await tenant.db.core_read(read)
+
+
+async def _waiting_claim(w: Worker, queue_id: str, msg_id: str, wait_ms: int = 5000) -> asyncio.Task:
+    claim = asyncio.create_task(w.call("claim", id=msg_id, queue_id=queue_id, max_tasks=5, wait_ms=wait_ms))
+    await asyncio.sleep(0.3)  # its first transaction found nothing: it waits
+    assert not claim.done()
+    return claim
+
+
+async def _submit(tenant, http: httpx.AsyncClient, queue_id: str) -> httpx.Response:
+    return await http.post(f"/v1/queues/{queue_id}/tasks", json={"payload": {"n": 1}}, headers=tenant.headers(None, tenant.key()))
+
+
+async def test_a_submit_leases_its_task_to_the_claim_waiting_on_its_node(tenant, base):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        claim = await _waiting_claim(w, q["id"], "c-wait")
+        r = await _submit(tenant, http, q["id"])
+        assert r.status_code == 201, r.text
+        task_id = r.json()["data"]["task"]["id"]
+        got = await asyncio.wait_for(claim, 5)
+        assert got["ok"] and [t["task_id"] for t in got["tasks"]] == [task_id]
+        lease_id = got["tasks"][0]["lease_id"]
+        (task_row,) = await _rows(tenant, tasks, tasks.c.id, task_id)
+        (lease_row,) = await _rows(tenant, leases, leases.c.task_id, task_id)
+        # One transaction: the lease carries the submit's database time.
+        assert lease_row["leased_at"] == task_row["created_at"] and task_row["state"] == "LEASED"
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 1 and u["unfinished"] == 1
+        again = await w.call("claim", id="c-wait", queue_id=q["id"], max_tasks=5)
+        assert again["tasks"] == got["tasks"]  # a resent claim replays what the submit granted
+        assert (await w.call("start", lease_id=lease_id))["ok"]
+        done = await w.call("complete", lease_id=lease_id, outcome="succeeded", result=None)
+        assert done["ok"] and done["task_state"] == "SUCCEEDED"
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 0 and u["unfinished"] == 0
+
+
+async def test_a_refused_submit_serves_no_claim_and_the_claim_waits_on(tenant, base):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100, max_unfinished_tasks=1)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        first = await _waiting_claim(w, q["id"], "c-1")
+        assert (await _submit(tenant, http, q["id"])).status_code == 201
+        (held,) = (await asyncio.wait_for(first, 5))["tasks"]
+        claim = await _waiting_claim(w, q["id"], "c-2", wait_ms=1500)
+        full = await _submit(tenant, http, q["id"])
+        assert full.status_code == 429 and full.json()["error"]["code"] == "QUEUE_FULL"
+        assert (await asyncio.wait_for(claim, 5))["tasks"] == []  # waited its whole wait_ms
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 1 and u["unfinished"] == 1
+        assert (await w.call("start", lease_id=held["lease_id"]))["ok"]
+
+
+async def test_a_claim_served_within_the_limits_only_takes_what_fits(tenant, base):
+    """Concurrency 1 with one task running: the submit's transaction serves the waiting claim
+    nothing, and the claim goes on waiting until a permit comes back."""
+    q = await tenant.create_queue(max_concurrency=1, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        first = await _waiting_claim(w, q["id"], "c-1")
+        assert (await _submit(tenant, http, q["id"])).status_code == 201
+        (running,) = (await asyncio.wait_for(first, 5))["tasks"]
+        assert (await w.call("start", lease_id=running["lease_id"]))["ok"]
+        claim = await _waiting_claim(w, q["id"], "c-2")
+        r = await _submit(tenant, http, q["id"])
+        second_id = r.json()["data"]["task"]["id"]
+        await asyncio.sleep(0.3)
+        assert not claim.done()  # served nothing: concurrency 1 is taken
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 1
+        await w.call("complete", lease_id=running["lease_id"], outcome="succeeded", result=None)
+        got = await asyncio.wait_for(claim, 5)
+        assert [t["task_id"] for t in got["tasks"]] == [second_id]
+
+
+async def test_several_waiting_claims_share_a_burst_in_one_transaction(tenant, base):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as a, Worker.connect(base, tenant.token) as b, \
+            httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        await b.hello(q["id"])
+        ca = await _waiting_claim(a, q["id"], "c-a")
+        cb = await _waiting_claim(b, q["id"], "c-b")
+        sent = await asyncio.gather(*(_submit(tenant, http, q["id"]) for _ in range(8)))
+        ids = {r.json()["data"]["task"]["id"] for r in sent}
+        got = [t["task_id"] for c in await asyncio.gather(ca, cb) for t in c["tasks"]]
+        assert got and len(got) == len(set(got)) and set(got) <= ids
+        rest = await a.call("claim", queue_id=q["id"], max_tasks=10)
+        assert set(got) | {t["task_id"] for t in rest["tasks"]} == ids  # every task leased once
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 8 and u["unfinished"] == 8
