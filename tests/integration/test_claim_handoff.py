@@ -120,3 +120,61 @@ async def test_several_waiting_claims_share_a_burst_in_one_transaction(tenant, b
         assert set(got) | {t["task_id"] for t in rest["tasks"]} == ids  # every task leased once
         (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
         assert u["permits_in_use"] == 8 and u["unfinished"] == 8
+
+
+@pytest.fixture
+def no_polling(monkeypatch):
+    """Waiting claims re-read only when woken: what wakes them is then what the test sees."""
+    from orbit.server.ws import session
+
+    monkeypatch.setattr(session, "POLL_INTERVAL", 60.0)
+
+
+@pytest.fixture
+def claim_transactions(monkeypatch):
+    from orbit.server.services import dispatch
+
+    calls: list[int] = []
+    original = dispatch.claim_many
+
+    async def counted(db, commands):
+        calls.append(len(commands))
+        return await original(db, commands)
+
+    monkeypatch.setattr(dispatch, "claim_many", counted)
+    return calls
+
+
+async def test_a_report_wakes_a_waiting_claim_when_a_task_waits_for_its_permit(tenant, base, no_polling):
+    q = await tenant.create_queue(max_concurrency=1, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        first = await _waiting_claim(w, q["id"], "c-1")
+        assert (await _submit(tenant, http, q["id"])).status_code == 201
+        (running,) = (await asyncio.wait_for(first, 5))["tasks"]
+        second = (await _submit(tenant, http, q["id"])).json()["data"]["task"]["id"]
+        assert (await w.call("start", lease_id=running["lease_id"]))["ok"]
+        claim = await _waiting_claim(w, q["id"], "c-2", wait_ms=5000)
+        done = await w.call("complete", lease_id=running["lease_id"], outcome="succeeded", result=None)
+        assert done["ok"]
+        got = await asyncio.wait_for(claim, 10)  # woken by the report, not by a poll
+        assert [t["task_id"] for t in got["tasks"]] == [second]
+
+
+async def test_a_report_wakes_no_claim_when_no_task_waits(tenant, base, no_polling, claim_transactions):
+    q = await tenant.create_queue(max_concurrency=5, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, Worker.connect(base, tenant.token) as idle, \
+            httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        await idle.hello(q["id"])
+        assert (await _submit(tenant, http, q["id"])).status_code == 201
+        (held,) = (await w.call("claim", queue_id=q["id"], max_tasks=1))["tasks"]
+        assert (await w.call("start", lease_id=held["lease_id"]))["ok"]
+        waiting = await _waiting_claim(idle, q["id"], "c-idle", wait_ms=1500)
+        before = len(claim_transactions)
+        done = await w.call("complete", lease_id=held["lease_id"], outcome="succeeded", result=None)
+        assert done["ok"]
+        assert (await asyncio.wait_for(waiting, 5))["tasks"] == []
+        # The permit came back with no task left to take it: the waiting claim ran no transaction
+        # until its wait ended (then one last read).
+        assert len(claim_transactions) - before == 1

@@ -61,6 +61,8 @@ class Node:
         # Tasks parked on a resource key come back as soon as a transaction here frees a permit of it.
         self.unparker = Unparker(db)
         db.on_keys_freed = self.unparker.freed
+        # A report that gave permits back wakes as many claims of its queue as tasks may take them.
+        db.on_permits_freed = self._permits_freed
         self.metrics = NodeMetrics(db, lambda: len(self.hub.sessions), self.settings.metrics_ttl_seconds, self.load)
         # Events this node's transactions wrote are numbered right after they commit.
         self.sequencer = Sequencer(db)
@@ -90,6 +92,11 @@ class Node:
         if new > 0:
             claims.notify(queue_id, new)
         return admissions
+
+    def _permits_freed(self, freed: dict[str, int]) -> None:
+        for queue_id, n in freed.items():
+            if n > 0:
+                self.wakeups.claims.notify(queue_id, n)
 
     def load(self) -> Load:
         """What /metrics reports of this node's admission and of what it shed."""

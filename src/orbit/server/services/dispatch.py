@@ -701,6 +701,7 @@ class _Writes:
         self.events: list[Event] = []
         self.usage = UsageChanges()
         self.tally = tally
+        self.permits_back: dict[str, int] = {}  # per queue: leases that gave their permit back
 
     def task(self, task_id: str, **values: Any) -> None:
         self.tasks.setdefault(task_id, {}).update(values)
@@ -737,6 +738,7 @@ def _give_back(w: _Writes, lease: dict[str, Any], task: dict[str, Any]) -> None:
     share) and its rate reservation if it never started."""
     w.usage.add(lease["queue_id"], task["application_id"], permits_in_use=-1,
                 rate_reserved=-1 if lease["reserved"] else 0, keys=task_q.resource_key_ids(task), node=lease["worker_node_id"])
+    w.permits_back[lease["queue_id"]] = w.permits_back.get(lease["queue_id"], 0) + 1
 
 
 def _finished(w: _Writes, task: dict[str, Any]) -> None:
@@ -1049,6 +1051,9 @@ async def complete(db: Database, commands: list[CompleteCommand]) -> list[Result
                 continue
             replies.append(_end_attempt(w, lease, task, c, verdict, now))
         await w.flush(tx)
+        if w.permits_back:
+            # Only claims a task may follow are woken: at light load no task waits for a permit.
+            await usage_q.note_unleased(tx, w.permits_back)
         return replies
 
     replies = await db.transaction(body)

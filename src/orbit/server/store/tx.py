@@ -121,6 +121,9 @@ class Tx:
         # Resource keys this transaction gave permits back to: once it commits, the node takes
         # tasks parked on them back to the claimable part (`Database.on_keys_freed`).
         self.keys_freed: set[str] = set()
+        # Queues this transaction gave permits back in, and how many a waiting task may take:
+        # once it commits, the node wakes that many claims of each (`Database.on_permits_freed`).
+        self.permits_freed: dict[str, int] = {}
         # Namespaces this transaction wrote events to: numbered by the node's sequencer after it commits.
         self.events_written: set[str] = set()
         # Reads that travel with the COMMIT, after every deferred write, and what takes their rows.
@@ -332,6 +335,14 @@ class Tx:
         """Run `stmts` in the COMMIT's round trip, after every deferred write (a multi-statement
         connection only); once committed, `then` gets their rows."""
         self._at_commit.append(([self._mogrify(s) for s in stmts], then))
+
+    async def read_after_writes(self, stmts: Sequence[Stmt], then: Callable[[list[list[dict[str, Any]]]], None]) -> None:
+        """`then` gets the rows of `stmts` read after every write of this transaction so far: in
+        the COMMIT's round trip where writes wait for it (`at_commit`), at once elsewhere."""
+        if self._multi:
+            self.at_commit(stmts, then)
+        else:
+            then([await self.rows(s) for s in stmts])
 
     async def commit_deferred(self) -> bool:
         """Send the deferred writes (and the `at_commit` reads) together with COMMIT; False when

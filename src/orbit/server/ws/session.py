@@ -495,8 +495,12 @@ class WorkerSession:
             del self._granted[next(iter(self._granted))]
 
     def _freed(self, lease_id: str, result: dispatch.Result) -> None:
-        """A permit may have been freed: wake long polls of this session's queues on this node."""
+        """A permit may have been freed: its application's too, so wake long polls of this
+        session's other queues on this node (the node wakes those of the lease's own queue that
+        a waiting task may follow: `Node._permits_freed`)."""
+        located = self._granted.get(lease_id)
         if not isinstance(result, DomainError):
             self._granted.pop(lease_id, None)
         for q in self.queues:
-            self.hub.notifier.notify(q, 1)
+            if located is None or q != located[1]:
+                self.hub.notifier.notify(q, 1)

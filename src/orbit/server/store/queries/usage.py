@@ -52,6 +52,22 @@ def note_freed(queue_ids: list[str], application_ids: list[str], resource_key_id
             Stmt("SELECT CAST(@orbit_freed AS DATETIME(6)) AS freed")]
 
 
+async def note_unleased(tx: Tx, freed: dict[str, int]) -> None:
+    """`freed` permits were given back per queue by this transaction: once it commits,
+    `tx.permits_freed` holds, per queue, how many of them a waiting task may take (at most its
+    unfinished tasks that hold no lease). Read after this transaction's own UPDATEs, in the
+    COMMIT's round trip where writes wait for it."""
+    ids = sorted(freed)
+    stmt = Stmt(f"SELECT queue_id, unfinished - permits_in_use AS unleased FROM queue_usage "
+                f"WHERE queue_id IN ({placeholders(len(ids))})", ids)
+
+    def note(rows: list[list[dict[str, Any]]]) -> None:
+        for r in rows[0]:
+            tx.permits_freed[r["queue_id"]] = max(0, min(freed[r["queue_id"]], int(r["unleased"])))
+
+    await tx.read_after_writes([stmt], note)
+
+
 def window_of(row: Any) -> RateWindow:
     """The rate window a queue's or an application's usage row holds."""
     return RateWindow(row["rate_window_start"], int(row["rate_window_used"]), int(row["rate_reserved"]))
