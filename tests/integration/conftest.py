@@ -30,6 +30,17 @@ async def app(db, db_url):
 
 
 @pytest.fixture
+async def base(db, db_url):
+    """A second node on the same database, served by uvicorn on a loopback port (WebSockets):
+    its base URL."""
+    from .worker_client import serve
+
+    node = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
+    async with serve(node) as url:
+        yield url
+
+
+@pytest.fixture
 async def http(app):
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://orbit.test") as client:

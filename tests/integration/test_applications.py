@@ -13,7 +13,7 @@ from tests.support.history import max_overlap
 
 from .conftest import make_tenant
 from .queue_helpers import assert_error, audit_rows, event_rows, ok
-from .test_worker_protocol import base, submit  # noqa: F401
+from .test_worker_protocol import submit
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
@@ -104,7 +104,7 @@ async def test_every_quota_is_required(tenant):
         assert_error(await tenant.post(app_path(tenant, ":configure"), body), 400, "INVALID_ARGUMENT", field)
 
 
-async def test_an_application_pause_stops_claims_and_starts_in_every_queue(tenant, base):  # noqa: F811
+async def test_an_application_pause_stops_claims_and_starts_in_every_queue(tenant, base):
     q1, q2 = await tenant.create_queue(), await tenant.create_queue()
     await submit(tenant, q1["id"], 2)
     await submit(tenant, q2["id"], 1)
@@ -126,7 +126,7 @@ async def _configure(tenant, revision: str, **quota) -> dict:
     return ok(await tenant.post(app_path(tenant, ":configure"), quotas(revision, **quota)))["application"]
 
 
-async def test_the_applications_concurrency_is_shared_by_its_queues(tenant, base):  # noqa: F811
+async def test_the_applications_concurrency_is_shared_by_its_queues(tenant, base):
     """The issue's case: max_concurrency=1 across queues; one claim gets one lease, not four."""
     await _configure(tenant, "1", max_concurrency=2, rate_per_second=1000)
     q1, q2 = await tenant.create_queue(max_concurrency=10), await tenant.create_queue(max_concurrency=10)
@@ -145,7 +145,7 @@ async def test_the_applications_concurrency_is_shared_by_its_queues(tenant, base
         assert len(second) == 2 and {t["queue_id"] for t in second} == {q2["id"]}
 
 
-async def test_the_applications_rate_window_bounds_claims_and_starts(tenant, base):  # noqa: F811
+async def test_the_applications_rate_window_bounds_claims_and_starts(tenant, base):
     await _configure(tenant, "1", rate_per_second=2)
     q1, q2 = await tenant.create_queue(rate_per_second=100), await tenant.create_queue(rate_per_second=100)
     await submit(tenant, q1["id"], 3)
@@ -164,7 +164,7 @@ async def test_the_applications_rate_window_bounds_claims_and_starts(tenant, bas
         assert (await w.call("start", lease_id=a[1]["lease_id"]))["ok"]
 
 
-async def test_stored_leases_never_overlap_beyond_the_applications_concurrency(tenant, base, db):  # noqa: F811
+async def test_stored_leases_never_overlap_beyond_the_applications_concurrency(tenant, base, db):
     await _configure(tenant, "1", max_concurrency=3, rate_per_second=1000)
     queues = [await tenant.create_queue(max_concurrency=3) for _ in range(3)]
     for q in queues:

@@ -24,7 +24,6 @@ from orbit.server.services import tenancy
 
 from .conftest import Tenant, make_tenant
 from .queue_helpers import assert_error, configure_body, create_body, retire_body
-from .test_worker_protocol import base  # noqa: F401
 from .worker_client import Worker
 
 
@@ -360,7 +359,7 @@ async def test_revoked_malformed_and_missing_tokens_are_401_everywhere(worlds):
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("stranger", ["other_application", "other_namespace"])
-async def test_worker_commands_never_reach_another_tenant_or_a_queue_out_of_scope(worlds, base, stranger):  # noqa: F811
+async def test_worker_commands_never_reach_another_tenant_or_a_queue_out_of_scope(worlds, base, stranger):
     home, other = worlds["home"], worlds[stranger]
     foreign_q, foreign_task = other.queue["id"], other.task["id"]
     async with Worker.connect(base, other.tenant.token) as theirs:
@@ -382,7 +381,7 @@ async def test_worker_commands_never_reach_another_tenant_or_a_queue_out_of_scop
 
 
 @pytest.mark.anyio
-async def test_a_worker_scoped_to_one_queue_reaches_no_other(worlds, base):  # noqa: F811
+async def test_a_worker_scoped_to_one_queue_reaches_no_other(worlds, base):
     w = worlds["home"]
     scoped = await w.tenant.credential(["worker"], queue_scope=[w.other_queue["id"]])
     async with Worker.connect(base, scoped) as mine:

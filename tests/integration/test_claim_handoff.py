@@ -7,20 +7,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from orbit.server.app import create_app
-from orbit.server.config import Settings
 from orbit.server.store.tables import leases, queue_usage, tasks
 
-from .worker_client import Worker, serve
+from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def base(db, db_url):
-    app = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
-    async with serve(app) as url:
-        yield url
 
 
 async def _rows(tenant, table, column, value):
@@ -38,6 +29,15 @@ async def _waiting_claim(w: Worker, queue_id: str, msg_id: str, wait_ms: int = 5
 
 async def _submit(tenant, http: httpx.AsyncClient, queue_id: str) -> httpx.Response:
     return await http.post(f"/v1/queues/{queue_id}/tasks", json={"payload": {"n": 1}}, headers=tenant.headers(None, tenant.key()))
+
+
+async def _running(tenant, w: Worker, http: httpx.AsyncClient, queue_id: str) -> dict:
+    """A task submitted while a claim waits, leased to that claim and started: its lease."""
+    first = await _waiting_claim(w, queue_id, "c-1")
+    assert (await _submit(tenant, http, queue_id)).status_code == 201
+    (running,) = (await asyncio.wait_for(first, 5))["tasks"]
+    assert (await w.call("start", lease_id=running["lease_id"]))["ok"]
+    return running
 
 
 async def test_a_submit_leases_its_task_to_the_claim_waiting_on_its_node(tenant, base):
@@ -88,10 +88,7 @@ async def test_a_claim_served_within_the_limits_only_takes_what_fits(tenant, bas
     q = await tenant.create_queue(max_concurrency=1, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
         await w.hello(q["id"])
-        first = await _waiting_claim(w, q["id"], "c-1")
-        assert (await _submit(tenant, http, q["id"])).status_code == 201
-        (running,) = (await asyncio.wait_for(first, 5))["tasks"]
-        assert (await w.call("start", lease_id=running["lease_id"]))["ok"]
+        running = await _running(tenant, w, http, q["id"])
         claim = await _waiting_claim(w, q["id"], "c-2")
         r = await _submit(tenant, http, q["id"])
         second_id = r.json()["data"]["task"]["id"]
@@ -149,11 +146,8 @@ async def test_a_report_wakes_a_waiting_claim_when_a_task_waits_for_its_permit(t
     q = await tenant.create_queue(max_concurrency=1, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
         await w.hello(q["id"])
-        first = await _waiting_claim(w, q["id"], "c-1")
-        assert (await _submit(tenant, http, q["id"])).status_code == 201
-        (running,) = (await asyncio.wait_for(first, 5))["tasks"]
+        running = await _running(tenant, w, http, q["id"])
         second = (await _submit(tenant, http, q["id"])).json()["data"]["task"]["id"]
-        assert (await w.call("start", lease_id=running["lease_id"]))["ok"]
         claim = await _waiting_claim(w, q["id"], "c-2", wait_ms=5000)
         done = await w.call("complete", lease_id=running["lease_id"], outcome="succeeded", result=None)
         assert done["ok"]

@@ -9,7 +9,6 @@ import pytest
 import orbit
 
 from .queue_helpers import assert_error, ok
-from .test_worker_protocol import base  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +37,7 @@ async def test_no_or_a_bad_token_is_refused(tenant):
     assert_error(r, 401, "UNAUTHENTICATED")
 
 
-async def test_the_sdk_reads_its_credential_on_both_clients(tenant, base):  # noqa: F811
+async def test_the_sdk_reads_its_credential_on_both_clients(tenant, base):
     def sync_read():
         with orbit.Client(base, token=tenant.token) as client:
             return client.get_credential()

@@ -13,7 +13,7 @@ from orbit.server.services import events as event_service
 
 from .conftest import make_tenant
 from .queue_helpers import assert_error, ok
-from .test_worker_protocol import base, submit  # noqa: F401
+from .test_worker_protocol import submit
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
@@ -55,7 +55,7 @@ async def test_events_are_read_once_in_seq_order(tenant):
     assert int(page["items"][0]["seq"]) == int(cursor) + 1
 
 
-async def test_a_lease_that_ends_unstarted_gives_its_task_back_with_an_event(tenant, base):  # noqa: F811
+async def test_a_lease_that_ends_unstarted_gives_its_task_back_with_an_event(tenant, base):
     """Every state change has its event: LEASED -> WAITING too, when the worker releases the lease
     (`released`) or it expires before any Start (`lease_expired`)."""
     q = await tenant.create_queue()
@@ -91,7 +91,7 @@ async def test_type_filters_and_a_cursor_past_other_types(tenant):
     assert len(both["items"]) == 4
 
 
-async def test_a_long_poll_returns_soon_after_an_event(tenant, base):  # noqa: F811
+async def test_a_long_poll_returns_soon_after_an_event(tenant, base):
     q = await tenant.create_queue()
     await number(tenant)
     cursor = (await feed(tenant))["next_after"]
@@ -141,7 +141,7 @@ async def test_retention_prunes_the_oldest_and_an_older_cursor_expires(tenant):
     assert_error(await tenant.get("/v1/events", params={"after": str(int(cursor) - 1)}), 410, "CURSOR_EXPIRED")
 
 
-async def test_the_sdk_follows_the_feed_on_both_clients(tenant, base):  # noqa: F811
+async def test_the_sdk_follows_the_feed_on_both_clients(tenant, base):
     import orbit
 
     q = await tenant.create_queue()

@@ -23,7 +23,6 @@ from orbit.server.services import tasks as task_service
 from orbit.server.store.tx import Stmt
 
 from .queue_helpers import ok
-from .test_worker_protocol import base  # noqa: F401
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
@@ -57,7 +56,7 @@ async def _bad_core(db, marker: str) -> None:
     await db.core_transaction(lambda tx: tx.execute(text("SELECT id FROM tasks WHERE WHERE id = :v"), {"v": marker}))
 
 
-async def test_no_token_or_data_in_any_log_line(tenant, base, db, db_url, log_lines, monkeypatch):  # noqa: F811
+async def test_no_token_or_data_in_any_log_line(tenant, base, db, db_url, log_lines, monkeypatch):
     m = {name: f"MARK{name.upper()}{uuid.uuid4().hex}" for name in
          ("payload", "batch", "result", "error", "raw_sql", "core_sql", "route_sql", "frame_sql", "bad_token")}
     secret = tenant.token[len("orb_") + 33:]  # the secret may itself contain "_"

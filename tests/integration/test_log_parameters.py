@@ -22,7 +22,7 @@ from orbit.server.loops import BackgroundLoops
 from orbit.server.store.tx import Stmt, Tx
 
 from .test_log_hygiene import log_lines  # noqa: F401
-from .test_worker_protocol import base, submit  # noqa: F401
+from .test_worker_protocol import submit
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,7 @@ from orbit.server.services import dispatch
 from orbit.server.store.queries import usage as usage_q
 
 from .queue_helpers import ok
-from .test_worker_protocol import base, submit  # noqa: F401
+from .test_worker_protocol import submit
 from .worker_client import Worker, free_port, serve
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +79,7 @@ def from_usage(u: dict[str, Any]) -> dict[str, int]:
             "rate_window_used": int(u["rate_window"]["used"]) if u["rate_window"] else 0}
 
 
-async def test_per_queue_gauges_agree_with_the_usage_view(tenant, http, base):  # noqa: F811
+async def test_per_queue_gauges_agree_with_the_usage_view(tenant, http, base):
     q = await tenant.create_queue(max_concurrency=5, rate_per_second=50)
     idle = await tenant.create_queue()
     later = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
@@ -147,7 +147,7 @@ async def test_queue_labels_name_live_queues_only(tenant, http):
         assert all(set(sample.labels) == {"queue_id", "namespace_id"} for sample in family.samples)
 
 
-async def test_counters_and_histograms_move_with_the_work(tenant, http, base):  # noqa: F811
+async def test_counters_and_histograms_move_with_the_work(tenant, http, base):
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     full = await tenant.create_queue(max_unfinished_tasks=1)
     first = await scrape(http)
@@ -194,7 +194,7 @@ async def test_counters_and_histograms_move_with_the_work(tenant, http, base):  
                    method="POST", status="4xx") >= 1
 
 
-async def test_rate_limited_starts_and_lost_leases_are_counted(tenant, http, base):  # noqa: F811
+async def test_rate_limited_starts_and_lost_leases_are_counted(tenant, http, base):
     q = await tenant.create_queue(max_concurrency=5, rate_per_second=5)
     await submit(tenant, q["id"], 2)
     c0 = (await scrape(http)).counters()

@@ -20,7 +20,7 @@ from orbit.server.store.tx import Stmt
 
 from .queue_helpers import DECIMAL, TIMESTAMP, assert_error, ok
 from .task_helpers import parse_ts
-from .test_worker_protocol import base, submit  # noqa: F401
+from .test_worker_protocol import submit
 from .worker_client import Worker, serve
 
 pytestmark = pytest.mark.anyio
@@ -71,7 +71,7 @@ def summed(points: list[dict]) -> tuple[int, int, int]:
     return tuple(sum(int(p[f]) for p in points) for f in ("started", "succeeded", "failed"))
 
 
-async def test_counters_move_exactly_with_starts_successes_and_failures(tenant, base):  # noqa: F811
+async def test_counters_move_exactly_with_starts_successes_and_failures(tenant, base):
     q = await tenant.create_queue(max_concurrency=20)
     qid = q["id"]
     (succeeds,) = await submit(tenant, qid, 1)

@@ -12,7 +12,7 @@ from orbit.server.store.tx import Stmt
 from tests.support.history import max_overlap
 
 from .queue_helpers import assert_error, ok
-from .test_worker_protocol import base, submit  # noqa: F401
+from .test_worker_protocol import submit
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
@@ -62,7 +62,7 @@ async def test_a_retired_key_takes_no_new_tasks(tenant):
     assert "retired" in err["message"]
 
 
-async def test_a_key_cannot_retire_while_an_unfinished_task_names_it(tenant, base):  # noqa: F811
+async def test_a_key_cannot_retire_while_an_unfinished_task_names_it(tenant, base):
     q = await tenant.create_queue()
     k = await create_key(tenant, 2)
     (tid,) = await submit(tenant, q["id"], 1, resource_keys=[k["name"]])
@@ -72,7 +72,7 @@ async def test_a_key_cannot_retire_while_an_unfinished_task_names_it(tenant, bas
     ok(await tenant.post(f"/v1/resource-keys/{k['id']}:retire", {"expected_revision": "1", "reason": "x"}))
 
 
-async def test_a_saturated_key_does_not_block_the_tasks_behind_it(tenant, base, db):  # noqa: F811
+async def test_a_saturated_key_does_not_block_the_tasks_behind_it(tenant, base, db):
     q = await tenant.create_queue(max_concurrency=20)
     k = await create_key(tenant, 1)
     keyed = await submit(tenant, q["id"], 5, resource_keys=[k["name"]], priority=5)
@@ -94,7 +94,7 @@ async def test_a_saturated_key_does_not_block_the_tasks_behind_it(tenant, base, 
         assert ok(await tenant.get(f"/v1/resource-keys/{k['id']}"))["in_use"] == "1"
 
 
-async def test_a_task_submitted_to_a_saturated_key_is_parked_at_once(tenant, base, db):  # noqa: F811
+async def test_a_task_submitted_to_a_saturated_key_is_parked_at_once(tenant, base, db):
     q = await tenant.create_queue()
     k = await create_key(tenant, 1)
     (first,) = await submit(tenant, q["id"], 1, resource_keys=[k["name"]])
@@ -108,7 +108,7 @@ async def test_a_task_submitted_to_a_saturated_key_is_parked_at_once(tenant, bas
         assert [t["task_id"] for t in again] in ([first], [second])
 
 
-async def test_a_key_shared_by_two_queues_never_has_more_holders_than_permits(tenant, base, db):  # noqa: F811
+async def test_a_key_shared_by_two_queues_never_has_more_holders_than_permits(tenant, base, db):
     k = await create_key(tenant, 2)
     queues = [await tenant.create_queue(max_concurrency=10) for _ in range(2)]
     for q in queues:
@@ -146,7 +146,7 @@ async def test_a_key_shared_by_two_queues_never_has_more_holders_than_permits(te
 # ---------------------------------------------------------------- priority aging
 
 
-async def test_a_long_due_task_is_served_ahead_of_newer_higher_priority_work(tenant, base):  # noqa: F811
+async def test_a_long_due_task_is_served_ahead_of_newer_higher_priority_work(tenant, base):
     q = await tenant.create_queue(max_concurrency=20)
     aged_at = (datetime.now(timezone.utc) - timedelta(seconds=290)).isoformat()
     (old,) = await submit(tenant, q["id"], 1, priority=0, available_at=aged_at)  # due ~290 s: priority 0 + 4
@@ -163,7 +163,7 @@ async def test_a_long_due_task_is_served_ahead_of_newer_higher_priority_work(ten
 # ---------------------------------------------------------------- node fairness
 
 
-async def test_a_greedy_node_at_its_fair_share_waits_while_another_node_wants_work(tenant, base):  # noqa: F811
+async def test_a_greedy_node_at_its_fair_share_waits_while_another_node_wants_work(tenant, base):
     q = await tenant.create_queue(max_concurrency=4)
     await submit(tenant, q["id"], 12)
     async with Worker.connect(base, tenant.token) as a, Worker.connect(base, tenant.token) as b:
@@ -189,7 +189,7 @@ async def test_a_greedy_node_at_its_fair_share_waits_while_another_node_wants_wo
 # ---------------------------------------------------------------- usage and blockers
 
 
-async def test_queue_usage_counts_what_it_describes(tenant, base):  # noqa: F811
+async def test_queue_usage_counts_what_it_describes(tenant, base):
     q = await tenant.create_queue(max_concurrency=5, rate_per_second=50)
     later = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
     await submit(tenant, q["id"], 4)
@@ -211,7 +211,7 @@ async def test_queue_usage_counts_what_it_describes(tenant, base):  # noqa: F811
     assert queue["revision"] == "1"
 
 
-async def test_blockers_name_every_control_that_holds_a_task(tenant, base):  # noqa: F811
+async def test_blockers_name_every_control_that_holds_a_task(tenant, base):
     q = await tenant.create_queue(max_concurrency=1, rate_per_second=100)
     k = await create_key(tenant, 1)
     later = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
@@ -248,7 +248,7 @@ async def test_the_views_are_scoped_like_their_resources(tenant):
     assert_error(await tenant.get(f"/v1/tasks/{tid}/blockers", token=nobody), 403, "PERMISSION_DENIED")
 
 
-async def test_raising_a_keys_limit_brings_parked_tasks_back_and_lowering_revokes_nothing(tenant, base, db):  # noqa: F811
+async def test_raising_a_keys_limit_brings_parked_tasks_back_and_lowering_revokes_nothing(tenant, base, db):
     q = await tenant.create_queue(max_concurrency=10)
     k = await create_key(tenant, 1)
     keyed = await submit(tenant, q["id"], 3, resource_keys=[k["name"]])

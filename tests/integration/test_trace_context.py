@@ -7,7 +7,6 @@ import asyncio
 
 import pytest
 
-from .test_worker_protocol import base  # noqa: F401
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
@@ -24,7 +23,7 @@ async def submit_traced(tenant, queue_id: str, traceparent: str | None, key: str
     return r.json()["data"]["task"]["id"]
 
 
-async def test_a_submits_traceparent_reaches_the_lease(tenant, base):  # noqa: F811
+async def test_a_submits_traceparent_reaches_the_lease(tenant, base):
     q = await tenant.create_queue()
     traced = await submit_traced(tenant, q["id"], TRACE)
     plain = await submit_traced(tenant, q["id"], None)
@@ -44,7 +43,7 @@ async def test_a_submits_traceparent_reaches_the_lease(tenant, base):  # noqa: F
         assert {t["task_id"]: t["traceparent"] for t in replay["tasks"]} == got
 
 
-async def test_the_sdk_worker_runs_the_handler_in_the_submits_trace(tenant, base):  # noqa: F811
+async def test_the_sdk_worker_runs_the_handler_in_the_submits_trace(tenant, base):
     import orbit
     from opentelemetry import trace
 

@@ -37,7 +37,6 @@ from orbit.server.app import create_app
 from orbit.server.config import Settings
 from orbit.server.ws.session import MAX_FRAME_BYTES
 
-from .test_worker_protocol import base  # noqa: F401
 from .test_worker_protocol import submit
 from .worker_client import Worker, serve
 
@@ -500,7 +499,7 @@ async def test_websocket_protocol_violations_close_quietly(node, case, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records
 
 
-async def test_a_result_too_deep_to_store_is_refused_and_spares_the_other_reports(tenant, base):  # noqa: F811
+async def test_a_result_too_deep_to_store_is_refused_and_spares_the_other_reports(tenant, base):
     """A result the encoder cannot write (nested beyond its 254 levels) is refused when checked:
     it never reaches the group commit, where it would fail the other sessions' reports too."""
     from .test_worker_protocol import task

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from .queue_helpers import ok
-from .test_worker_protocol import base, submit, usage  # noqa: F401
+from .test_worker_protocol import submit, usage
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_a_128_character_node_id_is_stored_and_reported_whole(tenant, base):  # noqa: F811
+async def test_a_128_character_node_id_is_stored_and_reported_whole(tenant, base):
     q = await tenant.create_queue(max_concurrency=4)
     [task_id] = await submit(tenant, q["id"], 1)
     # Distinct in its last characters only: a cut at 64 would make the two nodes one.
@@ -31,7 +31,7 @@ async def test_a_128_character_node_id_is_stored_and_reported_whole(tenant, base
 
 
 @pytest.mark.parametrize("node_id", ["x" * 129, "", "wörker", " lead", "trail ", "tab\there", 7, None])
-async def test_a_node_id_beyond_the_rule_is_refused_and_changes_nothing(tenant, base, node_id):  # noqa: F811
+async def test_a_node_id_beyond_the_rule_is_refused_and_changes_nothing(tenant, base, node_id):
     q = await tenant.create_queue()
     await submit(tenant, q["id"], 1)
     before = await usage(tenant, q["id"])

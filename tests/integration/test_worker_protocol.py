@@ -17,13 +17,6 @@ from .worker_client import Worker, serve
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def base(db, db_url):
-    app = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
-    async with serve(app) as url:
-        yield url
-
-
 async def submit(tenant, queue_id, n=1, **fields):
     ids = []
     for i in range(n):

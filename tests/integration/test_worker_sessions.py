@@ -11,7 +11,6 @@ import websockets
 from orbit.server.services import tenancy
 from orbit.server.ws import session as session_module
 
-from .test_worker_protocol import base  # noqa: F401
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
@@ -22,7 +21,7 @@ async def _closed(w: Worker, within: float) -> tuple[int | None, str | None]:
     return w.ws.close_code, w.ws.close_reason
 
 
-async def test_a_socket_without_hello_is_closed_1008_after_the_hello_timeout(tenant, base, monkeypatch):  # noqa: F811
+async def test_a_socket_without_hello_is_closed_1008_after_the_hello_timeout(tenant, base, monkeypatch):
     monkeypatch.setattr(session_module, "HELLO_TIMEOUT_S", 0.6)
     async with Worker.connect(base, tenant.token) as silent, Worker.connect(base, tenant.token) as pinging, \
             Worker.connect(base, tenant.token) as greeted, Worker.connect(base, tenant.token) as refused:
@@ -40,7 +39,7 @@ async def test_a_socket_without_hello_is_closed_1008_after_the_hello_timeout(ten
         assert (await greeted.call("ping"))["ok"]  # a session that said hello in time stays
 
 
-async def test_a_hello_still_being_answered_at_the_deadline_is_not_cut_off(tenant, base, monkeypatch):  # noqa: F811
+async def test_a_hello_still_being_answered_at_the_deadline_is_not_cut_off(tenant, base, monkeypatch):
     monkeypatch.setattr(session_module, "HELLO_TIMEOUT_S", 0.3)
     real = session_module.workers.missing_queues
 
@@ -56,7 +55,7 @@ async def test_a_hello_still_being_answered_at_the_deadline_is_not_cut_off(tenan
         assert (await w.call("ping"))["ok"]
 
 
-async def test_revoking_the_credential_closes_a_socket_that_never_sent_hello(tenant, base, db,  # noqa: F811
+async def test_revoking_the_credential_closes_a_socket_that_never_sent_hello(tenant, base, db,
                                                                             monkeypatch):
     monkeypatch.setattr(session_module, "HELLO_TIMEOUT_S", 60)
     token = await tenant.credential(["worker"])

@@ -13,14 +13,12 @@ import websockets
 
 from orbit.server.services import tenancy
 
-from .test_worker_protocol import base  # noqa: F401
-
 pytestmark = pytest.mark.anyio
 
 RID = re.compile(r"[0-9a-f]{32}")
 
 
-async def _refused(base: str, path: str, token: str | None) -> tuple[int, dict, str | None]:  # noqa: F811
+async def _refused(base: str, path: str, token: str | None) -> tuple[int, dict, str | None]:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     with pytest.raises(websockets.InvalidStatus) as denied:
         async with websockets.connect(base.replace("http", "ws", 1) + path, additional_headers=headers):
@@ -29,7 +27,7 @@ async def _refused(base: str, path: str, token: str | None) -> tuple[int, dict, 
     return response.status_code, json.loads(response.body), response.headers.get("X-Request-Id")
 
 
-async def test_every_refused_upgrade_carries_its_request_id(tenant, base, db):  # noqa: F811
+async def test_every_refused_upgrade_carries_its_request_id(tenant, base, db):
     reader = await tenant.credential(["tasks:read"])
     revoked = await tenant.credential(["worker"])
     assert await db.transaction(lambda tx: tenancy.revoke_credential(tx, revoked[4:36], "rotated"))
@@ -58,7 +56,7 @@ async def test_every_refused_upgrade_carries_its_request_id(tenant, base, db):  
     assert all(tenant.token not in str(e) for e in events)
 
 
-async def test_an_accepted_upgrade_names_its_request_id_and_credential(tenant, base):  # noqa: F811
+async def test_an_accepted_upgrade_names_its_request_id_and_credential(tenant, base):
     url = base.replace("http", "ws", 1) + f"/v1/workers/connect?token={tenant.token}"
     with structlog.testing.capture_logs() as events:
         async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {tenant.token}"}) as ws:

@@ -86,7 +86,7 @@ class Node:
             claims.serve(taken, None)
             raise
         claims.serve(taken, served)
-        new = sum(1 for a in admissions if a.outcome is not None and not a.outcome.deduplicated)
+        new = sum(1 for a in admissions if a.new)
         if served is not None:
             new -= sum(len(r["tasks"]) for r in served if isinstance(r, dict))
         if new > 0:

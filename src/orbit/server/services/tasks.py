@@ -200,6 +200,11 @@ class Admission:
     outcome: Outcome | None = None
     error: DomainError | None = None
 
+    @property
+    def new(self) -> bool:
+        """A task was created (not refused, not a replay of an earlier submit)."""
+        return self.outcome is not None and not self.outcome.deduplicated
+
 
 def _new_task_row(
     principal: Principal, queue_id: str, req: SubmitTaskRequest, now: datetime, payload_text: str,
@@ -507,7 +512,7 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     async def body(tx: Tx, optimistic: bool) -> tuple[list[Admission], list[Any] | None]:
         admissions = await admit(tx, first.principal, first.queue_id, commands, optimistic=optimistic,
                                  recheck=recheck if any(recheck) else None)
-        if not claims or not any(a.outcome is not None and not a.outcome.deduplicated for a in admissions):
+        if not claims or not any(a.new for a in admissions):
             return admissions, None
         return admissions, await claim_within(tx, list(claims), optimistic=optimistic)
 
@@ -516,7 +521,7 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     except DomainError as exc:
         metrics.submitted(0, (exc.code,))
         raise
-    metrics.submitted(sum(1 for a in admissions if a.outcome is not None and not a.outcome.deduplicated),
+    metrics.submitted(sum(1 for a in admissions if a.new),
                       [a.error.code for a in admissions if a.error is not None])
     return admissions, served
 

@@ -403,37 +403,34 @@ class WorkerSession:
         max_tasks = _int(frame, "max_tasks", 1, 100, 1)
         lease_ms = _int(frame, "lease_ms", 1000, dispatch.MAX_LEASE_MS, dispatch.DEFAULT_LEASE_MS)
         wait_ms = _int(frame, "wait_ms", 0, 30_000, 0)
+        assert self.identity is not None  # frames after hello only (`_check`)
+        command = dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id)
         if not wait_ms:
-            return await self._claim(queue_id, max_tasks, lease_ms, msg_id)
+            return await self._claim(command)
         deadline = time.monotonic() + wait_ms / 1000
         self.hub.notifier.watch(queue_id)
-        # Offered while it waits: a submit of this queue on this node may serve the claim in its
-        # own transaction (then its reply comes back from the wait).
-        offer = dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id)
         try:
-            reply = await self._claim(queue_id, max_tasks, lease_ms, msg_id)
+            reply = await self._claim(command)
             while True:
                 remaining = deadline - time.monotonic()
                 if (isinstance(reply, DomainError) or reply["tasks"] or remaining <= 0 or self.hub.draining
                         or self._closed):
                     return reply
-                served = await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks, offer)
-                if served is None:
-                    reply = await self._claim(queue_id, max_tasks, lease_ms, msg_id)
-                else:
-                    reply = served
-                    if not isinstance(reply, DomainError) and reply["tasks"]:
-                        self._remember(reply["tasks"])
+                # Offered while it waits: a submit of this queue on this node may serve the claim in
+                # its own transaction (then its reply comes back from the wait).
+                served = await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks, command)
+                reply = await self._claim(command) if served is None else self._leased(served)
         finally:
             self.hub.notifier.unwatch(queue_id)
 
-    async def _claim(self, queue_id: str, max_tasks: int, lease_ms: int, msg_id: str) -> dispatch.Result:
+    async def _claim(self, command: dispatch.ClaimCommand) -> dispatch.Result:
         """One claim transaction (shared with the claims of the application's other sessions)."""
-        assert self.identity is not None
         if self.hub.draining or self._closed:
             return {"tasks": []}
-        reply = await self.hub.claims.submit(
-            self._claim_group, dispatch.ClaimCommand(self.identity, queue_id, max_tasks, lease_ms, msg_id))
+        return self._leased(await self.hub.claims.submit(self._claim_group, command))
+
+    def _leased(self, reply: dispatch.Result) -> dispatch.Result:
+        """A claim's reply, its leases remembered (their Start and report need no lookup)."""
         if not isinstance(reply, DomainError) and reply["tasks"]:
             self._remember(reply["tasks"])
         return reply
