@@ -17,6 +17,7 @@ from orbit.server.core.dispatch_order import (
     fair_room,
     fair_share,
     in_dispatch_order,
+    note_due,
 )
 
 NOW = datetime(2026, 11, 29, 22, 0, 0)
@@ -283,3 +284,22 @@ def test_fair_room_keeps_a_waiting_node_at_its_share(c, active, holding):
     assert room is not None and room >= 0
     assert holding + room == max(holding, fair_share(c, active))
     assert fair_share(c, active) * active >= c  # the shares together cover the whole limit
+
+
+# ---------------------------------------------------------------- a node's row on a queue
+
+
+def test_a_node_row_is_written_when_its_claims_are_granted_or_it_has_none():
+    assert note_due(None, None, True, 0, NOW)
+    assert note_due(NOW, NOW, True, 3, NOW)
+
+
+def test_a_waiting_node_rewrites_its_row_at_half_its_wanting_window():
+    assert not note_due(NOW - 0.4 * S, NOW - 0.4 * S, True, 0, NOW)
+    assert note_due(NOW - 0.6 * S, NOW - 0.6 * S, True, 0, NOW)
+
+
+def test_a_node_rewrites_its_row_when_its_wanting_flips():
+    assert note_due(NOW - 0.1 * S, None, True, 0, NOW)
+    assert note_due(NOW - 0.1 * S, NOW - 0.1 * S, False, 0, NOW)
+    assert not note_due(NOW - 0.1 * S, None, False, 0, NOW)

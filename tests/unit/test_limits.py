@@ -15,6 +15,7 @@ from orbit.server.core.limits import (
     count_starts,
     grant_size,
     grant_still_fits,
+    may_lease,
 )
 from orbit.server.core.rate_window import RateWindow, authorize_start
 
@@ -112,6 +113,20 @@ def test_grants_are_capped_by_rate_room_net_of_reservations():
 def test_grants_are_capped_by_what_was_asked():
     assert grant_size(2, limits(), NOW) == 2
     assert grant_size(0, limits(), NOW) == 0
+
+
+def test_a_claim_may_lease_only_when_a_task_waits_and_the_queue_grants_one():
+    assert may_lease(limits(), 1, NOW)
+    assert not may_lease(limits(), 0, NOW)  # every unfinished task holds a permit: none waits
+    assert not may_lease(limits(paused=True), 5, NOW)
+    assert not may_lease(limits(max_concurrency=4, permits=4), 5, NOW)
+    assert not may_lease(limits(rate=3, window=RateWindow(NOW - 100 * MS, 3, 0)), 5, NOW)
+
+
+@given(st.integers(0, 5), st.integers(0, 12), st.integers(0, 12))
+def test_may_lease_is_exactly_whether_a_one_task_claim_is_granted(waiting, max_concurrency, permits):
+    q = limits(max_concurrency=max_concurrency, permits=permits)
+    assert may_lease(q, waiting, NOW) == (waiting > 0 and grant_size(1, q, NOW) == 1)
 
 
 def test_a_grant_does_not_fit_a_window_opened_later_than_now():

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from orbit.server.wakeups import Notifier
+from orbit.server.wakeups import TIMED_OUT, Notifier
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +154,30 @@ def test_only_submits_far_enough_apart_on_a_polled_queue_count_as_sparse() -> No
     assert n.sparse("q", 100.0 + HANDOFF_GAP_S * 2)
     n.unwatch("q")
     assert not n._last_submit  # forgotten with the last claim polling it
+
+
+async def test_a_wait_tells_a_timeout_from_a_notification() -> None:
+    n = Notifier()
+    assert await n.wait("q", 0.01) is TIMED_OUT
+    woken = asyncio.create_task(n.wait("q", 5.0))
+    await asyncio.sleep(0)
+    n.notify("q", 1)
+    assert await woken is None
+
+
+async def test_waiting_lists_the_claims_nothing_woke_or_took_per_queue() -> None:
+    n = Notifier()
+    a = asyncio.create_task(n.wait("q1", 5.0, 3, offer="claim-a"))
+    b = asyncio.create_task(n.wait("q1", 5.0, 2, offer="claim-b"))
+    c = asyncio.create_task(n.wait("q2", 5.0, 1, offer="claim-c"))
+    await asyncio.sleep(0)
+    assert {q: [w.offer for w in ws] for q, ws in n.waiting().items()} == {
+        "q1": ["claim-a", "claim-b"], "q2": ["claim-c"]}
+    (taken,) = n.take("q1", 1)
+    n.notify("q2", 1)
+    await c
+    assert {q: [w.offer for w in ws] for q, ws in n.waiting().items()} == {"q1": ["claim-b"]}
+    n.serve([taken], None)
+    n.notify("q1")
+    await asyncio.gather(a, b)
+    assert n.waiting() == {}

@@ -1,7 +1,8 @@
 """Wake-ups within one server process: long-polling claims and the push loop.
 
 Nodes never talk to each other; a node wakes its own waiters when it commits work
-they may take, and everything else is found by polling.
+they may take, and everything else is found by polling: one poll per node for all
+of its waiting claims (`WorkerHub`), not one per claim.
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ class Waiter:
 HANDOFF_GAP_S = 0.010
 
 
+# What `Notifier.wait` returns when its time is over before anything woke it.
+TIMED_OUT: Any = object()
+
+
 def _time_out(waiter: Waiter) -> None:
     if not waiter.taken and not waiter.fut.done():
-        waiter.fut.set_result(None)
+        waiter.fut.set_result(TIMED_OUT)
 
 
 class Notifier:
@@ -129,9 +134,9 @@ class Notifier:
             self._last_submit.pop(queue_id, None)
 
     async def wait(self, queue_id: str, timeout: float, want: int = 1, offer: Any = None) -> Any:
-        """Until a notification for `queue_id` names this claim, or `timeout` seconds (between
-        the claim's `watch` and `unwatch`): None. A claim that offered its command (`offer`) may
-        instead be served by a submit's transaction (`take`): then its reply."""
+        """Until a notification for `queue_id` names this claim (None), or `timeout` seconds
+        (`TIMED_OUT`), between the claim's `watch` and `unwatch`. A claim that offered its command
+        (`offer`) may instead be served by a submit's transaction (`take`): then its reply."""
         if queue_id in self._missed:
             self._missed.discard(queue_id)
             return None
@@ -154,6 +159,15 @@ class Notifier:
 
     def queues(self) -> list[str]:
         return list(self._waiters)
+
+    def waiting(self) -> dict[str, list[Waiter]]:
+        """Per queue, the claims waiting here that nothing has woken or taken yet."""
+        out: dict[str, list[Waiter]] = {}
+        for queue_id, waiters in self._waiters.items():
+            live = [w for w in waiters if not w.taken and not w.fut.done()]
+            if live:
+                out[queue_id] = live
+        return out
 
 
 class Wakeups:

@@ -77,7 +77,7 @@ def choose(candidate_keys: Sequence[Sequence[str]], room: int, keys: dict[str, K
 # ---------------------------------------------------------------- node fairness
 
 ACTIVE_WINDOW_S = 10  # a node that claimed on a queue within this is active on it
-WANTING_WINDOW_S = 1.0  # a node whose unserved claim is this recent is still waiting (claims re-poll faster)
+WANTING_WINDOW_S = 1.0  # a node whose unserved claim is this recent is still waiting (its row is kept fresher)
 
 
 def is_active(last_claim_at: datetime, now: datetime) -> bool:
@@ -86,8 +86,18 @@ def is_active(last_claim_at: datetime, now: datetime) -> bool:
 
 
 def is_waiting(wanting_at: datetime | None, now: datetime) -> bool:
-    """A node still waits while its latest unserved claim is recent (waiting claims re-poll faster)."""
+    """A node still waits while its latest unserved claim is recent (`note_due` keeps it so)."""
     return wanting_at is not None and wanting_at >= now - timedelta(seconds=WANTING_WINDOW_S)
+
+
+def note_due(last_claim_at: datetime | None, wanting_at: datetime | None, wanting: bool, granted: int,
+             now: datetime) -> bool:
+    """Whether a node's claims on a queue rewrite its row there (`last_claim_at` None: it has none):
+    when they were granted permits, when whether it still wants more flips, or when the row is half
+    a wanting window old, so that a node that keeps waiting stays seen as waiting by the others."""
+    if granted or last_claim_at is None:
+        return True
+    return wanting != (wanting_at is not None) or last_claim_at < now - timedelta(seconds=WANTING_WINDOW_S / 2)
 
 
 def fair_share(max_concurrency: int, active_nodes: int) -> int:

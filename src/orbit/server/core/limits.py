@@ -76,6 +76,14 @@ def grant_size(wanted: int, q: QueueLimits, now: datetime) -> int:
     return max(0, min(wanted, q.max_concurrency - q.permits_in_use, claim_room(q.window, q.rate_per_second, now)))
 
 
+def may_lease(q: QueueLimits, waiting: int, now: datetime) -> bool:
+    """Whether a claim on the queue could lease anything now: a task waits (`unfinished` beyond
+    the permits in use) and the queue's own limits grant one. Necessary, not sufficient (the task
+    may not be due, the application or a resource key may have no room): a node's poll asks it
+    before it wakes the claims waiting there."""
+    return waiting > 0 and grant_size(1, q, now) > 0
+
+
 def grant_still_fits(leases: int, q: QueueLimits, now: datetime) -> bool:
     """Whether `leases` granted on an unlocked snapshot still fit the usage row as locked."""
     if q.paused or (q.window.start is not None and q.window.start > now):

@@ -27,7 +27,7 @@ from ..core.ids import new_id
 from ..core.lease import DEFAULT_LEASE_MS, ENDED, HEARTBEAT_MS, LEASED, MAX_LEASE_MS, RUNNING
 from ..core import dispatch_order as fair
 from ..core.dispatch_order import KeyRoom, choose, in_dispatch_order
-from ..core.limits import QueueLimits, count_starts, grant_size, grant_still_fits
+from ..core.limits import QueueLimits, count_starts, grant_size, grant_still_fits, may_lease
 from ..core.rate_window import RateWindow, authorize_start
 from ..core.timefmt import format_ts
 from ..errors import DomainError
@@ -246,6 +246,66 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
 _levels_seen: dict[str, int] = {}
 
 
+MAX_POLL_COUNT = 400  # due tasks a node's poll counts per queue and level at most (a claim group's weight)
+
+
+@dataclass(frozen=True)
+class WaitingClaims:
+    """The claims waiting on one queue at a node: the tasks they want together, and the worker
+    nodes they come from."""
+
+    want: int
+    worker_nodes: frozenset[str]
+
+
+async def poll_waiting(db: Database, waiting: dict[str, WaitingClaims]) -> dict[str, int | None]:
+    """What a node's waiting claims would find, found without a claim transaction each: per queue
+    where a claim could lease now, how many due tasks (up to what its claims want; None: wake
+    every claim, e.g. the queue was retired and each must hear so).
+
+    Work committed through another node reaches a waiting claim only this way. A queue nobody
+    could lease from (empty, paused, at its limits) costs one read of its usage row, however many
+    claims wait on it. Their worker nodes stay seen as waiting by the other nodes' claims (node
+    fairness), as a claim that polls would keep them: their rows on the queue are rewritten when due.
+    """
+    queue_ids = sorted(waiting)
+
+    async def read(tx: Tx) -> tuple[list[list[dict[str, Any]]], datetime]:
+        rows = await tx.rows_multi([queue_q.controls(queue_ids), usage_q.queue_rows(queue_ids, clock=True),
+                                    key_q.nodes(queue_ids)])
+        tx.adopt_clock(rows[1][0] if rows[1] else None)
+        return rows, await tx.now()
+
+    (control_rows, usage_rows, node_rows), now = await db.read(read)
+    controls = {r["id"]: r for r in control_rows}
+    usage = {r["queue_id"]: r for r in usage_rows}
+    nodes = _nodes_by_queue(node_rows)
+    wake: dict[str, int | None] = {}
+    dives: list[tuple[str, int]] = []
+    notes: list[Stmt] = []
+    for qid in queue_ids:
+        q, u = controls.get(qid), usage.get(qid)
+        if q is None or u is None or q["retired_at"] is not None:
+            wake[qid] = None
+            continue
+        for node in sorted(waiting[qid].worker_nodes):
+            row = nodes.get(qid, {}).get(node) or {}
+            if fair.note_due(row.get("last_claim_at"), row.get("wanting_at"), True, 0, now):
+                notes.append(key_q.note_claim(qid, node, now, True, 0))
+        if may_lease(_limits(q, u), int(u["unfinished"]) - int(u["permits_in_use"]), now):
+            dives.append((qid, int(u["priority_levels"]) or ALL_LEVELS))
+    if dives:
+        limit = min(MAX_POLL_COUNT, max(waiting[qid].want for qid, _ in dives))
+        for r in await db.read(lambda tx: tx.rows(task_q.due(dives, limit))):
+            wake[r["queue_id"]] = min(waiting[r["queue_id"]].want, (wake.get(r["queue_id"]) or 0) + 1)
+    if notes:
+        async def note(tx: Tx) -> None:
+            for stmt in notes:
+                await tx.defer(stmt)
+        await db.transaction(note)
+    return wake
+
+
 def _wanted(commands: list[ClaimCommand], slots: list[int]) -> int:
     return sum(commands[i].max_tasks for i in slots)
 
@@ -418,10 +478,8 @@ def _note_claims(queue_id: str, commands: list[ClaimCommand], caps: list[int], c
         wanting[node] = wanting.get(node, False) or n < c.max_tasks
     out = []
     for node in sorted(granted):
-        row = nodes.get(node)
-        stale = row is None or row["last_claim_at"] < now - timedelta(seconds=fair.WANTING_WINDOW_S / 2)
-        flips = row is not None and wanting[node] != (row["wanting_at"] is not None)
-        if granted[node] or stale or flips:
+        row = nodes.get(node) or {}
+        if fair.note_due(row.get("last_claim_at"), row.get("wanting_at"), wanting[node], granted[node], now):
             out.append(key_q.note_claim(queue_id, node, now, wanting[node], granted[node]))
     return out
 

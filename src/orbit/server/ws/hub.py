@@ -1,8 +1,8 @@
 """Node-wide worker machinery: session registry, wake-ups, group commit, pushes, drain.
 
 Nodes never talk to each other: work committed on another node is found by
-polling (long polls re-check at least every `POLL_INTERVAL`), and pushes for
-leases held by this node's sessions are found in the `leases.push_pending` index.
+polling (every `POLL_INTERVAL` one read for all the claims waiting here), and pushes
+for leases held by this node's sessions are found in the `leases.push_pending` index.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("orbit.ws")
 
 POLL_INTERVAL = 0.2
+# Queues one poll of the waiting claims reads at most per statement.
+POLL_QUEUES = 200
 PUSH_INTERVAL = 0.25
 REVOCATION_INTERVAL = 2.0
 # The drain pushed when the node loses its database: workers go on through another node.
@@ -57,6 +59,7 @@ class WorkerHub:
     def start(self) -> None:
         for gc in (self.starts, self.renews, self.completes):
             gc.start()
+        self._loops.every(POLL_INTERVAL, "claim_poll", self._poll_waiting_claims)
         self._loops.every(PUSH_INTERVAL, "worker_push", self._push_once, wake=self._push_wake)
         self._loops.every(REVOCATION_INTERVAL, "worker_revocation", self._close_revoked_sessions)
         self.db.health.subscribe(self._database_changed)
@@ -105,6 +108,20 @@ class WorkerHub:
         if not self.sessions:
             return 0
         return await workers.leases_held(self.db, self.instance_id)
+
+    async def _poll_waiting_claims(self) -> None:
+        """Wake the claims waiting here that would now find work committed through another node
+        (or freed permits, a resumed queue), as many as the tasks found cover."""
+        waiting = {
+            qid: dispatch.WaitingClaims(sum(w.want for w in ws),
+                                        frozenset(w.offer.who.worker_node_id for w in ws if w.offer is not None))
+            for qid, ws in self.notifier.waiting().items()
+        }
+        queue_ids = sorted(waiting)
+        for i in range(0, len(queue_ids), POLL_QUEUES):
+            part = {qid: waiting[qid] for qid in queue_ids[i:i + POLL_QUEUES]}
+            for qid, count in (await dispatch.poll_waiting(self.db, part)).items():
+                self.notifier.notify(qid, count)
 
     async def _push_once(self) -> None:
         pushes = await workers.pending_pushes(self.db, self.instance_id)

@@ -28,8 +28,9 @@ from ..core.ids import NODE_ID_RULE, is_id, is_node_id, new_id
 from ..errors import DatabaseUnavailable, DomainError
 from ..services import dispatch, workers
 from ..services.auth import Principal
+from ..wakeups import TIMED_OUT
 from .corked import SEND_TEXT_NOW
-from .hub import POLL_INTERVAL, WorkerHub
+from .hub import WorkerHub
 
 log = structlog.get_logger("orbit.ws")
 
@@ -417,8 +418,11 @@ class WorkerSession:
                         or self._closed):
                     return reply
                 # Offered while it waits: a submit of this queue on this node may serve the claim in
-                # its own transaction (then its reply comes back from the wait).
-                served = await self.hub.notifier.wait(queue_id, min(remaining, POLL_INTERVAL), max_tasks, command)
+                # its own transaction (then its reply comes back from the wait). Work committed
+                # elsewhere wakes it through the node's poll (`WorkerHub._poll_waiting_claims`).
+                served = await self.hub.notifier.wait(queue_id, remaining, max_tasks, command)
+                if served is TIMED_OUT:
+                    return reply
                 reply = await self._claim(command) if served is None else self._leased(served)
         finally:
             self.hub.notifier.unwatch(queue_id)

@@ -144,6 +144,23 @@ def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datet
 _FORCE_DISPATCH, _INDEXED_DISPATCH = "FORCE INDEX (ix_tasks_dispatch)", "INDEXED BY ix_tasks_dispatch"
 
 
+def due(queue_levels: Sequence[tuple[str, int]], limit: int) -> Stmt:
+    """Up to `limit` due, claimable waiting tasks (their queue ids) of each queue at each priority
+    level in its bit mask: the dispatch index's ranges that `claimable` reads, without payloads,
+    locks or rows, so that a node may learn cheaply whether its waiting claims would find work."""
+    level = ("SELECT queue_id FROM tasks {DISPATCH_INDEX} WHERE queue_id = ? AND waiting = 1 "
+             "AND parked_on IS NULL AND priority = ? AND available_at <= {NOW} LIMIT ?")
+    params: list[Any] = []
+    for queue_id, levels in queue_levels:
+        for p in range(9, -1, -1):
+            if levels >> p & 1:
+                params += (queue_id, p, limit)
+    parts = len(params) // 3
+    mysql, sqlite = (level.replace("{DISPATCH_INDEX}", hint) for hint in (_FORCE_DISPATCH, _INDEXED_DISPATCH))
+    return Stmt(" UNION ALL ".join(f"({mysql})" for _ in range(parts)), params,
+                sqlite=" UNION ALL ".join(f"SELECT * FROM ({sqlite})" for _ in range(parts)))
+
+
 def park(task_ids: list[str], resource_key_id: str) -> Stmt:
     """Take these waiting tasks out of the claimable part until the key gives a permit back."""
     return Stmt(f"UPDATE tasks SET parked_on = ? WHERE id IN ({placeholders(len(task_ids))}) AND state = 'WAITING'",
