@@ -38,9 +38,9 @@ def polls(monkeypatch):
     original = dispatch.poll_waiting
 
     async def counted(db, waiting):
-        woken = await original(db, waiting)
-        calls.append(woken)
-        return woken
+        found = await original(db, waiting)
+        calls.append(found.wake)
+        return found
 
     monkeypatch.setattr(dispatch, "poll_waiting", counted)
     return calls
@@ -161,3 +161,34 @@ async def test_a_worker_node_that_keeps_waiting_stays_seen_as_waiting(tenant, ba
         if len(got) == 1:  # the node's poll came between the two releases
             got += (await modest.call("claim", queue_id=q["id"], max_tasks=1, wait_ms=2000))["tasks"]
         assert len(got) == 2
+
+
+async def test_claims_on_a_queue_the_poll_found_idle_wait_without_a_transaction(tenant, base, claim_transactions):
+    q = await tenant.create_queue()
+    async with Worker.connect(base, tenant.token) as keeper, Worker.connect(base, tenant.token) as w:
+        await keeper.hello(q["id"])
+        await w.hello(q["id"])
+        kept = await _waiting(keeper, q["id"], wait_ms=6000)  # the node polls the queue meanwhile
+        before = len(claim_transactions)
+        for _ in range(5):
+            assert (await w.call("claim", queue_id=q["id"], max_tasks=1, wait_ms=300))["tasks"] == []
+        # Each arrived within a poll's verdict of the last one's end but for a slow machine's delays.
+        assert len(claim_transactions) - before < 5
+        kept.cancel()
+
+
+async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant, base, http, claim_transactions):
+    q = await tenant.create_queue()
+    task = await _submit(tenant, http, q["id"])
+    async with Worker.connect(base, tenant.token) as keeper, Worker.connect(base, tenant.token) as w:
+        await keeper.hello(q["id"])
+        await w.hello(q["id"])
+        first = await w.call("claim", id="claim-once", queue_id=q["id"], max_tasks=1)
+        assert [t["task_id"] for t in first["tasks"]] == [task["id"]]
+        kept = await _waiting(keeper, q["id"], wait_ms=6000)  # polls find the queue idle
+        await asyncio.sleep(0.25)
+        started = time.monotonic()
+        again = await w.call("claim", id="claim-once", queue_id=q["id"], max_tasks=1, wait_ms=3000)
+        assert again["tasks"] == first["tasks"]  # its first answer, at once, not a wait
+        assert time.monotonic() - started < 2.0
+        kept.cancel()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from orbit.server.wakeups import TIMED_OUT, Notifier
+from orbit.server.wakeups import IDLE_FOR_S, TIMED_OUT, Notifier
 
 pytestmark = pytest.mark.anyio
 
@@ -181,3 +182,32 @@ async def test_waiting_lists_the_claims_nothing_woke_or_took_per_queue() -> None
     n.notify("q1")
     await asyncio.gather(a, b)
     assert n.waiting() == {}
+
+
+async def test_a_poll_verdict_of_idle_holds_for_its_namespace_until_a_notification() -> None:
+    n = Notifier()
+    n.found_idle("q", "ns", 100.0)
+    assert n.idle("q", "ns", 100.1)
+    assert not n.idle("q", "other-ns", 100.1)  # a claim from elsewhere hears NOT_FOUND from its transaction
+    assert not n.idle("q", "ns", 100.01 + IDLE_FOR_S)  # stale: the next poll has not confirmed it
+    n.notify("q", 1)
+    assert not n.idle("q", "ns", 100.1)
+
+
+async def test_a_notification_during_the_poll_read_keeps_the_verdict_from_being_taken() -> None:
+    n = Notifier()
+    read_at = time.monotonic()
+    n.notify("q", 1)  # committed work the read may not have seen
+    n.found_idle("q", "ns", read_at)
+    assert not n.idle("q", "ns", time.monotonic())
+    n.found_idle("q", "ns", time.monotonic())  # the next poll's read began after it
+    assert n.idle("q", "ns", time.monotonic())
+
+
+async def test_old_verdicts_and_notification_times_are_forgotten() -> None:
+    n = Notifier()
+    n.found_idle("q1", "ns", 10.0)
+    n.found_idle("q2", "ns", 20.0)
+    n.forget_before(15.0)
+    assert not n.idle("q1", "ns", 10.1)
+    assert n.idle("q2", "ns", 20.1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from typing import Any
 
@@ -31,6 +32,10 @@ class Waiter:
 # transaction, which costs less per task than a claim served with each submit.
 HANDOFF_GAP_S = 0.010
 
+
+# A poll's verdict that a queue has nothing to lease holds this long (more than the node's poll
+# interval, so that a queue polled on time never goes without one).
+IDLE_FOR_S = 0.3
 
 # What `Notifier.wait` returns when its time is over before anything woke it.
 TIMED_OUT: Any = object()
@@ -63,6 +68,10 @@ class Notifier:
         self._polled: dict[str, int] = {}
         # When the last submit of each polled queue arrived here (`sparse`).
         self._last_submit: dict[str, float] = {}
+        # Queues the node's poll found nothing to lease in: when its read began, and the queue's
+        # namespace (`idle`); and when each queue was last notified, which ends such a verdict.
+        self._idle: dict[str, tuple[float, str]] = {}
+        self._notified_at: dict[str, float] = {}
 
     def sparse(self, queue_id: str, now: float) -> bool:
         """A submit of `queue_id` arrives at `now` (monotonic): True when the queue is polled here
@@ -75,6 +84,8 @@ class Notifier:
 
     def notify(self, queue_id: str, count: int | None = None) -> None:
         """`count` tasks or permits may be claimable in `queue_id` (None: unknown, wake every claim)."""
+        self._notified_at[queue_id] = time.monotonic()
+        self._idle.pop(queue_id, None)
         waiters = self._waiters.get(queue_id)
         woken = 0
         covered = 0
@@ -159,6 +170,25 @@ class Notifier:
 
     def queues(self) -> list[str]:
         return list(self._waiters)
+
+    def found_idle(self, queue_id: str, namespace_id: str, read_at: float) -> None:
+        """The node's poll, whose read began at `read_at` (monotonic), found that no claim could
+        lease in `queue_id` (of `namespace_id`): unless this node notified it since."""
+        if self._notified_at.get(queue_id, -1.0) < read_at:
+            self._idle[queue_id] = (read_at, namespace_id)
+
+    def idle(self, queue_id: str, namespace_id: str, now: float) -> bool:
+        """Whether a claim arriving now on `queue_id` (from `namespace_id`) would find nothing as far
+        as this node knows: a poll found the queue so less than `IDLE_FOR_S` ago and nothing here
+        notified it since. Work committed elsewhere meanwhile is found by the next poll, as it
+        would be for a claim already waiting."""
+        verdict = self._idle.get(queue_id)
+        return verdict is not None and verdict[1] == namespace_id and now - verdict[0] < IDLE_FOR_S
+
+    def forget_before(self, at: float) -> None:
+        """Drop verdicts and notification times older than `at` (monotonic): they decide nothing."""
+        self._idle = {q: v for q, v in self._idle.items() if v[0] >= at}
+        self._notified_at = {q: t for q, t in self._notified_at.items() if t >= at}
 
     def waiting(self) -> dict[str, list[Waiter]]:
         """Per queue, the claims waiting here that nothing has woken or taken yet."""

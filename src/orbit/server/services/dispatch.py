@@ -258,10 +258,19 @@ class WaitingClaims:
     worker_nodes: frozenset[str]
 
 
-async def poll_waiting(db: Database, waiting: dict[str, WaitingClaims]) -> dict[str, int | None]:
+@dataclass
+class PollResult:
+    """Per queue polled: how many of its waiting claims to wake (None: every one, e.g. the queue
+    was retired and each must hear so), or, where no claim could lease now, its namespace."""
+
+    wake: dict[str, int | None] = field(default_factory=dict)
+    idle: dict[str, str] = field(default_factory=dict)
+
+
+async def poll_waiting(db: Database, waiting: dict[str, WaitingClaims]) -> PollResult:
     """What a node's waiting claims would find, found without a claim transaction each: per queue
-    where a claim could lease now, how many due tasks (up to what its claims want; None: wake
-    every claim, e.g. the queue was retired and each must hear so).
+    where a claim could lease now, how many due tasks (up to what its claims want); the other
+    queues are idle.
 
     Work committed through another node reaches a waiting claim only this way. A queue nobody
     could lease from (empty, paused, at its limits) costs one read of its usage row, however many
@@ -280,7 +289,8 @@ async def poll_waiting(db: Database, waiting: dict[str, WaitingClaims]) -> dict[
     controls = {r["id"]: r for r in control_rows}
     usage = {r["queue_id"]: r for r in usage_rows}
     nodes = _nodes_by_queue(node_rows)
-    wake: dict[str, int | None] = {}
+    result = PollResult()
+    wake = result.wake
     dives: list[tuple[str, int]] = []
     notes: list[Stmt] = []
     for qid in queue_ids:
@@ -288,6 +298,7 @@ async def poll_waiting(db: Database, waiting: dict[str, WaitingClaims]) -> dict[
         if q is None or u is None or q["retired_at"] is not None:
             wake[qid] = None
             continue
+        result.idle[qid] = q["namespace_id"]
         for node in sorted(waiting[qid].worker_nodes):
             row = nodes.get(qid, {}).get(node) or {}
             if fair.note_due(row.get("last_claim_at"), row.get("wanting_at"), True, 0, now):
@@ -298,12 +309,18 @@ async def poll_waiting(db: Database, waiting: dict[str, WaitingClaims]) -> dict[
         limit = min(MAX_POLL_COUNT, max(waiting[qid].want for qid, _ in dives))
         for r in await db.read(lambda tx: tx.rows(task_q.due(dives, limit))):
             wake[r["queue_id"]] = min(waiting[r["queue_id"]].want, (wake.get(r["queue_id"]) or 0) + 1)
+            result.idle.pop(r["queue_id"], None)
     if notes:
         async def note(tx: Tx) -> None:
             for stmt in notes:
                 await tx.defer(stmt)
         await db.transaction(note)
-    return wake
+    return result
+
+
+async def claim_answered(db: Database, who: WorkerIdentity, msg_id: str) -> bool:
+    """Whether a claim with this message id was already answered (a resent claim replays it)."""
+    return bool(await db.read(lambda tx: tx.rows(claim_q.receipts([(who.principal.credential_id, msg_id)]))))
 
 
 def _wanted(commands: list[ClaimCommand], slots: list[int]) -> int:

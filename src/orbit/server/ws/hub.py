@@ -8,6 +8,7 @@ for leases held by this node's sessions are found in the `leases.push_pending` i
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -16,7 +17,7 @@ from ..batching import GroupCommitter, KeyedBatcher
 from ..core.ids import new_id
 from ..loops import BackgroundLoops
 from ..services import dispatch, workers
-from ..wakeups import Wakeups
+from ..wakeups import IDLE_FOR_S, Wakeups
 
 if TYPE_CHECKING:
     from ..store.db import Database
@@ -111,17 +112,24 @@ class WorkerHub:
 
     async def _poll_waiting_claims(self) -> None:
         """Wake the claims waiting here that would now find work committed through another node
-        (or freed permits, a resumed queue), as many as the tasks found cover."""
+        (or freed permits, a resumed queue), as many as the tasks found cover; remember the
+        queues where none could lease, so that the next claims there wait without a transaction."""
         waiting = {
             qid: dispatch.WaitingClaims(sum(w.want for w in ws),
                                         frozenset(w.offer.who.worker_node_id for w in ws if w.offer is not None))
             for qid, ws in self.notifier.waiting().items()
         }
         queue_ids = sorted(waiting)
+        began = time.monotonic()
         for i in range(0, len(queue_ids), POLL_QUEUES):
             part = {qid: waiting[qid] for qid in queue_ids[i:i + POLL_QUEUES]}
-            for qid, count in (await dispatch.poll_waiting(self.db, part)).items():
+            read_at = time.monotonic()
+            found = await dispatch.poll_waiting(self.db, part)
+            for qid, count in found.wake.items():
                 self.notifier.notify(qid, count)
+            for qid, namespace_id in found.idle.items():
+                self.notifier.found_idle(qid, namespace_id, read_at)
+        self.notifier.forget_before(began - IDLE_FOR_S)
 
     async def _push_once(self) -> None:
         pushes = await workers.pending_pushes(self.db, self.instance_id)

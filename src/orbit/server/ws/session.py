@@ -411,7 +411,7 @@ class WorkerSession:
         deadline = time.monotonic() + wait_ms / 1000
         self.hub.notifier.watch(queue_id)
         try:
-            reply = await self._claim(command)
+            reply = await self._first_claim(command)
             while True:
                 remaining = deadline - time.monotonic()
                 if (isinstance(reply, DomainError) or reply["tasks"] or remaining <= 0 or self.hub.draining
@@ -426,6 +426,16 @@ class WorkerSession:
                 reply = await self._claim(command) if served is None else self._leased(served)
         finally:
             self.hub.notifier.unwatch(queue_id)
+
+    async def _first_claim(self, command: dispatch.ClaimCommand) -> dispatch.Result:
+        """A long poll's first look: where this node's poll just found that no claim could lease
+        (and nothing here changed that since), it waits without a claim transaction, unless the
+        claim is a resent one, whose first answer is replayed."""
+        notifier = self.hub.notifier
+        if (notifier.idle(command.queue_id, self.principal.namespace_id, time.monotonic())
+                and not await dispatch.claim_answered(self.hub.db, command.who, command.msg_id)):
+            return {"tasks": []}
+        return await self._claim(command)
 
     async def _claim(self, command: dispatch.ClaimCommand) -> dispatch.Result:
         """One claim transaction (shared with the claims of the application's other sessions)."""
