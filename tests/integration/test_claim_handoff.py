@@ -123,12 +123,12 @@ async def test_several_waiting_claims_share_a_burst_in_one_transaction(tenant, b
 def no_polling(monkeypatch):
     """Waiting claims re-read only when this node's own work wakes them (not its poll): what
     wakes them is then what the test sees."""
-    from orbit.server.ws.hub import WorkerHub
+    from orbit.server.services import dispatch
 
-    async def idle(self) -> None:
-        pass
+    async def nothing_found(db, waiting):
+        return dispatch.PollResult()
 
-    monkeypatch.setattr(WorkerHub, "_poll_waiting_claims", idle)
+    monkeypatch.setattr(dispatch, "poll_waiting", nothing_found)
 
 
 @pytest.fixture

@@ -192,3 +192,23 @@ async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant,
         assert again["tasks"] == first["tasks"]  # its first answer, at once, not a wait
         assert time.monotonic() - started < 2.0
         kept.cancel()
+
+
+async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, monkeypatch):
+    async def nothing_found(db, waiting):
+        return dispatch.PollResult()
+
+    monkeypatch.setattr(dispatch, "poll_waiting", nothing_found)  # only this node's own work wakes it
+    q = await tenant.create_queue()
+    task = await _submit(tenant, http, q["id"])
+    paused = await configure(tenant, q["id"], paused=True)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as same_node:
+        await w.hello(q["id"])
+        claim = await _waiting(w, q["id"], wait_ms=8000)
+        r = await same_node.post(f"/v1/queues/{q['id']}:configure", headers=tenant.headers(None, tenant.key()), json={
+            "expected_revision": paused["revision"], "reason": "test", "paused": False,
+            "max_concurrency": paused["max_concurrency"], "rate_per_second": paused["rate_per_second"],
+            "max_unfinished_tasks": paused["max_unfinished_tasks"]})
+        assert r.status_code == 200, r.text
+        got = await asyncio.wait_for(claim, 2)
+        assert [t["task_id"] for t in got["tasks"]] == [task["id"]]

@@ -109,7 +109,10 @@ async def configure_queue(request: Request, queue_id: str):
         call.require("queues:manage", queue_id=queue_id)
         raw, req = await call.body(ConfigureQueueRequest)
         write = call.write("queues.configure", {"queue_id": queue_id}, raw)
-        return call.outcome(await svc.configure_queue(call.db, write, queue_id, req))
+        outcome = await svc.configure_queue(call.db, write, queue_id, req)
+        # Resumed, or given more room: this node's waiting claims look again now, not at its next poll.
+        call.node.wakeups.work_in(queue_id)
+        return call.outcome(outcome)
 
 
 @router.post(
