@@ -12,7 +12,7 @@ import pytest
 from orbit.server.app import create_app
 from orbit.server.config import Settings
 from orbit.server.core.permissions import ALL_PERMISSIONS, ALL_QUEUES
-from orbit.server.services import tenancy
+from orbit.server.services import dispatch, tenancy
 from orbit.server.store.db import Database
 
 
@@ -117,3 +117,28 @@ async def make_tenant(db: Database, http: httpx.AsyncClient, permissions=ALL_PER
 @pytest.fixture
 async def tenant(db, http) -> Tenant:
     return await make_tenant(db, http)
+
+
+@pytest.fixture
+def no_polling(monkeypatch):
+    """Waiting claims re-read only when this node's own work wakes them (not its poll): what
+    wakes them is then what the test sees."""
+
+    async def nothing_found(db, waiting):
+        return dispatch.PollResult()
+
+    monkeypatch.setattr(dispatch, "poll_waiting", nothing_found)
+
+
+@pytest.fixture
+def claim_transactions(monkeypatch):
+    """The claim transactions run from now on: how many claims each served."""
+    calls: list[int] = []
+    original = dispatch.claim_many
+
+    async def counted(db, commands):
+        calls.append(len(commands))
+        return await original(db, commands)
+
+    monkeypatch.setattr(dispatch, "claim_many", counted)
+    return calls

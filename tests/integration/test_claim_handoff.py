@@ -119,33 +119,6 @@ async def test_several_waiting_claims_share_a_burst_in_one_transaction(tenant, b
         assert u["permits_in_use"] == 8 and u["unfinished"] == 8
 
 
-@pytest.fixture
-def no_polling(monkeypatch):
-    """Waiting claims re-read only when this node's own work wakes them (not its poll): what
-    wakes them is then what the test sees."""
-    from orbit.server.services import dispatch
-
-    async def nothing_found(db, waiting):
-        return dispatch.PollResult()
-
-    monkeypatch.setattr(dispatch, "poll_waiting", nothing_found)
-
-
-@pytest.fixture
-def claim_transactions(monkeypatch):
-    from orbit.server.services import dispatch
-
-    calls: list[int] = []
-    original = dispatch.claim_many
-
-    async def counted(db, commands):
-        calls.append(len(commands))
-        return await original(db, commands)
-
-    monkeypatch.setattr(dispatch, "claim_many", counted)
-    return calls
-
-
 async def test_a_report_wakes_a_waiting_claim_when_a_task_waits_for_its_permit(tenant, base, no_polling):
     q = await tenant.create_queue(max_concurrency=1, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:

@@ -20,19 +20,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def claim_transactions(monkeypatch):
-    calls: list[int] = []
-    original = dispatch.claim_many
-
-    async def counted(db, commands):
-        calls.append(len(commands))
-        return await original(db, commands)
-
-    monkeypatch.setattr(dispatch, "claim_many", counted)
-    return calls
-
-
-@pytest.fixture
 def polls(monkeypatch):
     calls: list[dict] = []
     original = dispatch.poll_waiting
@@ -194,11 +181,7 @@ async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant,
         kept.cancel()
 
 
-async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, monkeypatch):
-    async def nothing_found(db, waiting):
-        return dispatch.PollResult()
-
-    monkeypatch.setattr(dispatch, "poll_waiting", nothing_found)  # only this node's own work wakes it
+async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, no_polling):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     paused = await configure(tenant, q["id"], paused=True)
