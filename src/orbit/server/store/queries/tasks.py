@@ -125,23 +125,13 @@ def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datet
     merge by effective priority (`core.dispatch_order`) is exact under aging. `now` defaults to
     the database clock; with `skip_locked`, rows another claim holds are passed over."""
     due_by = "?" if now is not None else "{NOW}"
-    lock = "{SKIP_LOCKED}" if skip_locked else ""
-    # The dispatch index, named: `parked_on IS NULL AND priority = ?` also fits ix_tasks_parked,
-    # which would walk every claimable task of every queue.
     level = (f"SELECT {_CLAIM_COLS} FROM tasks {{DISPATCH_INDEX}} WHERE queue_id = ? AND waiting = 1 "
              f"AND parked_on IS NULL AND priority = ? AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
-    ps = [p for p in range(9, -1, -1) if levels >> p & 1] or [0]
+    ps = _priorities(levels)
     params: list[Any] = []
     for p in ps:
         params += (queue_id, p, now, limit) if now is not None else (queue_id, p, limit)
-    mysql, sqlite = (level.replace("{DISPATCH_INDEX}", hint) for hint in (_FORCE_DISPATCH, _INDEXED_DISPATCH))
-    if len(ps) == 1:
-        return Stmt(mysql + lock, params, sqlite=sqlite)
-    return Stmt(" UNION ALL ".join(f"({mysql}{lock})" for _ in ps), params,
-                sqlite=" UNION ALL ".join(f"SELECT * FROM ({sqlite})" for _ in ps))
-
-
-_FORCE_DISPATCH, _INDEXED_DISPATCH = "FORCE INDEX (ix_tasks_dispatch)", "INDEXED BY ix_tasks_dispatch"
+    return _per_level(level, len(ps), params, lock="{SKIP_LOCKED}" if skip_locked else "")
 
 
 def due(queue_levels: Sequence[tuple[str, int]], limit: int) -> Stmt:
@@ -152,12 +142,27 @@ def due(queue_levels: Sequence[tuple[str, int]], limit: int) -> Stmt:
              "AND parked_on IS NULL AND priority = ? AND available_at <= {NOW} LIMIT ?")
     params: list[Any] = []
     for queue_id, levels in queue_levels:
-        for p in range(9, -1, -1):
-            if levels >> p & 1:
-                params += (queue_id, p, limit)
-    parts = len(params) // 3
+        for p in _priorities(levels):
+            params += (queue_id, p, limit)
+    return _per_level(level, len(params) // 3, params)
+
+
+def _priorities(levels: int) -> list[int]:
+    """The priorities a bit mask of levels names, highest first (an empty mask: priority 0)."""
+    return [p for p in range(9, -1, -1) if levels >> p & 1] or [0]
+
+
+_FORCE_DISPATCH, _INDEXED_DISPATCH = "FORCE INDEX (ix_tasks_dispatch)", "INDEXED BY ix_tasks_dispatch"
+
+
+def _per_level(level: str, parts: int, params: list[Any], lock: str = "") -> Stmt:
+    """`level`, one index range of the dispatch index, read `parts` times (its params in order),
+    as one statement. The index is named where `{DISPATCH_INDEX}` stands: `parked_on IS NULL AND
+    priority = ?` also fits ix_tasks_parked, which would walk every claimable task of every queue."""
     mysql, sqlite = (level.replace("{DISPATCH_INDEX}", hint) for hint in (_FORCE_DISPATCH, _INDEXED_DISPATCH))
-    return Stmt(" UNION ALL ".join(f"({mysql})" for _ in range(parts)), params,
+    if parts == 1:
+        return Stmt(mysql + lock, params, sqlite=sqlite)
+    return Stmt(" UNION ALL ".join(f"({mysql}{lock})" for _ in range(parts)), params,
                 sqlite=" UNION ALL ".join(f"SELECT * FROM ({sqlite})" for _ in range(parts)))
 
 
