@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,14 +30,26 @@ async def app(db, db_url):
     return create_app(settings, db)
 
 
-@pytest.fixture
-async def base(db, db_url):
-    """A second node on the same database, served by uvicorn on a loopback port (WebSockets):
-    its base URL."""
+@contextlib.asynccontextmanager
+async def _loopback_node(db, db_url, node_id: str):
+    """A node on the same database, served by uvicorn on a loopback port (WebSockets): its base URL."""
     from .worker_client import serve
 
-    node = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
-    async with serve(node) as url:
+    async with serve(create_app(Settings(database_url=db_url, node_id=node_id, background_loops=False), db)) as url:
+        yield url
+
+
+@pytest.fixture
+async def base(db, db_url):
+    """A second node on the same database (beside `app`): its base URL."""
+    async with _loopback_node(db, db_url, "t") as url:
+        yield url
+
+
+@pytest.fixture
+async def other_base(db, db_url):
+    """A third node, with wake-ups of its own: its base URL."""
+    async with _loopback_node(db, db_url, "t2") as url:
         yield url
 
 

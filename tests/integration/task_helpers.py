@@ -247,8 +247,9 @@ async def cancel(tenant, task_id: str, reason: str = "not needed", *, key: str |
     return await tenant.post(f"/v1/tasks/{task_id}:cancel", {"reason": reason}, key=key)
 
 
-async def configure(tenant, queue_id: str, **fields: Any) -> dict[str, Any]:
-    """Replace the queue's controls, starting from its current ones."""
+async def configure(tenant, queue_id: str, *, via: httpx.AsyncClient | None = None, **fields: Any) -> dict[str, Any]:
+    """Replace the queue's controls, starting from its current ones (`via`: through that node's
+    client rather than the tenant's)."""
     q = ok(await tenant.get(f"/v1/queues/{queue_id}"))
     body = {
         "expected_revision": q["revision"], "reason": "test", "paused": q["paused"],
@@ -256,7 +257,10 @@ async def configure(tenant, queue_id: str, **fields: Any) -> dict[str, Any]:
         "max_unfinished_tasks": q["max_unfinished_tasks"],
     }
     body.update(fields)
-    return ok(await tenant.post(f"/v1/queues/{queue_id}:configure", body))["queue"]
+    path = f"/v1/queues/{queue_id}:configure"
+    if via is None:
+        return ok(await tenant.post(path, body))["queue"]
+    return ok(await via.post(path, json=body, headers=tenant.headers(None, tenant.key())))["queue"]
 
 
 async def retire(tenant, queue_id: str) -> dict[str, Any]:

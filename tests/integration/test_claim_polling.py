@@ -114,18 +114,6 @@ async def test_a_queue_resumed_through_another_node_wakes_its_waiting_claim(tena
         assert [t["task_id"] for t in got["tasks"]] == [task["id"]]
 
 
-@pytest.fixture
-async def other_base(db, db_url):
-    """One more loopback node on the database (its own wake-ups): a third node."""
-    from orbit.server.app import create_app
-    from orbit.server.config import Settings
-
-    from .worker_client import serve
-
-    async with serve(create_app(Settings(database_url=db_url, node_id="t2", background_loops=False), db)) as url:
-        yield url
-
-
 async def test_a_worker_node_that_keeps_waiting_stays_seen_as_waiting(tenant, base, other_base):
     """Node fairness holds while a claim waits longer than a worker node's wanting window
     without a transaction of its own: the poll keeps its worker node's row on the queue current."""
@@ -184,14 +172,10 @@ async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant,
 async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, no_polling):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
-    paused = await configure(tenant, q["id"], paused=True)
+    await configure(tenant, q["id"], paused=True)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as same_node:
         await w.hello(q["id"])
         claim = await _waiting(w, q["id"], wait_ms=8000)
-        r = await same_node.post(f"/v1/queues/{q['id']}:configure", headers=tenant.headers(None, tenant.key()), json={
-            "expected_revision": paused["revision"], "reason": "test", "paused": False,
-            "max_concurrency": paused["max_concurrency"], "rate_per_second": paused["rate_per_second"],
-            "max_unfinished_tasks": paused["max_unfinished_tasks"]})
-        assert r.status_code == 200, r.text
+        await configure(tenant, q["id"], via=same_node, paused=False)
         got = await asyncio.wait_for(claim, 2)
         assert [t["task_id"] for t in got["tasks"]] == [task["id"]]
