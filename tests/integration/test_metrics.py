@@ -5,17 +5,21 @@ bounded label sets, the per-node cache of the gauges' database read, and the sep
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orbit.server.app import create_app
 from orbit.server.config import Settings, parse_address
 from orbit.server.services import dispatch
+from orbit.server.store.dialect import MYSQL
 from orbit.server.store.queries import usage as usage_q
+from orbit.server.store.tx import Stmt
 
 from .queue_helpers import ok
 from .test_worker_protocol import submit
@@ -299,3 +303,42 @@ def test_metrics_addresses():
     for bad in ("9100", "host:", "host:port", "host:70000"):
         with pytest.raises(ValueError):
             parse_address(bad)
+
+
+async def _index_ranges_on_tasks(db, stmt) -> set[tuple[str, tuple[str, ...]]]:
+    """Per read of `tasks` in the plan of `stmt`: the index and the key columns its range is bound on."""
+    if db.dialect == MYSQL:
+        rows = await db.read(lambda tx: tx.rows(Stmt("EXPLAIN FORMAT=JSON " + stmt.sql, stmt.params)))
+        found: set[tuple[str, tuple[str, ...]]] = set()
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                if node.get("table_name") == "t":
+                    found.add((node["key"], tuple(node["used_key_parts"])))
+                for v in node.values():
+                    walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+
+        walk(orjson.loads(next(iter(rows[0].values()))))
+        return found
+    sql = stmt.sqlite or stmt.sql
+    rows = await db.read(lambda tx: tx.rows(Stmt("EXPLAIN QUERY PLAN " + sql, stmt.params,
+                                                  "EXPLAIN QUERY PLAN " + sql)))
+    found = set()
+    for r in rows:
+        m = re.match(r"SEARCH t USING (?:COVERING )?INDEX (\w+) \((.*)\)", r["detail"])
+        assert m or not r["detail"].startswith(("SCAN t", "SEARCH t")), r["detail"]
+        if m:
+            found.add((m.group(1), tuple(part.split("=")[0] for part in m.group(2).split(" AND "))))
+    return found
+
+
+async def test_the_gauges_read_never_reads_finished_tasks(db, tenant, http):
+    """However long a queue's history, the gauges read looks into the waiting range of the dispatch
+    index and the held states' ranges of the state index only, never at a finished task."""
+    q = await tenant.create_queue()
+    await submit(tenant, q["id"], 1)  # the queue has unfinished work, so it is looked into
+    assert await _index_ranges_on_tasks(db, usage_q.live_state_counts()) == {
+        ("ix_tasks_dispatch", ("queue_id", "waiting")), ("ix_tasks_queue_state", ("queue_id", "state"))}

@@ -110,22 +110,26 @@ def live_queue_rows() -> Stmt:
 
 def live_state_counts() -> Stmt:
     """Unfinished tasks per queue and state, with the waiting ones not yet due and when the longest
-    waiting due one became due. Only queues whose
-    `unfinished` counter is above zero are looked into, each with one range of the dispatch index
-    (which holds `available_at`) per unfinished state: finished tasks are never read. The join
-    order is fixed, so that neither backend scans the index whole instead."""
-    states = ("(SELECT 'WAITING' AS state UNION ALL SELECT 'LEASED' UNION ALL SELECT 'RUNNING' "
-              "UNION ALL SELECT 'NEEDS_REVIEW') s")
-    select = ("SELECT t.queue_id, t.state, COUNT(*) AS n, COALESCE(SUM(CASE WHEN t.state = 'WAITING' "
-              "AND t.available_at > {NOW} THEN 1 ELSE 0 END), 0) AS not_due, "
-              "MIN(CASE WHEN t.state = 'WAITING' AND t.available_at <= {NOW} THEN t.available_at END) AS due_since_at ")
-    group = " GROUP BY t.queue_id, t.state"
-    return Stmt(f"{select}FROM queue_usage u STRAIGHT_JOIN {states} STRAIGHT_JOIN tasks t "
-                "FORCE INDEX (ix_tasks_dispatch) ON t.queue_id = u.queue_id AND t.state = s.state "
-                f"WHERE u.unfinished > 0{group}",
-                sqlite=f"{select}FROM queue_usage u CROSS JOIN {states} CROSS JOIN tasks t "
-                "INDEXED BY ix_tasks_dispatch WHERE t.queue_id = u.queue_id AND t.state = s.state "
-                f"AND u.unfinished > 0{group}")
+    waiting due one became due. Only queues whose `unfinished` counter is above zero are looked
+    into: the waiting tasks in one range of the dispatch index (which holds `available_at`), the
+    held ones in one range of `ix_tasks_queue_state` per state, so that finished tasks are never
+    read (the dispatch index keeps them all in its not-waiting range). The join order is fixed,
+    so that neither backend scans an index whole instead."""
+    held = ("(SELECT 'LEASED' AS state UNION ALL SELECT 'RUNNING' UNION ALL SELECT 'NEEDS_REVIEW') s")
+    waiting = ("SELECT t.queue_id, 'WAITING' AS state, COUNT(*) AS n, "
+               "COALESCE(SUM(CASE WHEN t.available_at > {NOW} THEN 1 ELSE 0 END), 0) AS not_due, "
+               "MIN(CASE WHEN t.available_at <= {NOW} THEN t.available_at END) AS due_since_at ")
+    others = "SELECT t.queue_id, t.state, COUNT(*) AS n, 0 AS not_due, NULL AS due_since_at "
+    return Stmt(f"{waiting}FROM queue_usage u STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_dispatch) "
+                "ON t.queue_id = u.queue_id AND t.waiting = 1 WHERE u.unfinished > 0 GROUP BY t.queue_id "
+                f"UNION ALL {others}FROM queue_usage u STRAIGHT_JOIN {held} STRAIGHT_JOIN tasks t "
+                "FORCE INDEX (ix_tasks_queue_state) ON t.queue_id = u.queue_id AND t.state = s.state "
+                "WHERE u.unfinished > 0 GROUP BY t.queue_id, t.state",
+                sqlite=f"{waiting}FROM queue_usage u CROSS JOIN tasks t INDEXED BY ix_tasks_dispatch "
+                "WHERE t.queue_id = u.queue_id AND t.waiting = 1 AND u.unfinished > 0 GROUP BY t.queue_id "
+                f"UNION ALL {others}FROM queue_usage u CROSS JOIN {held} CROSS JOIN tasks t "
+                "INDEXED BY ix_tasks_queue_state WHERE t.queue_id = u.queue_id AND t.state = s.state "
+                "AND u.unfinished > 0 GROUP BY t.queue_id, t.state")
 
 
 def insert_queue_row(queue_id: str) -> Stmt:
