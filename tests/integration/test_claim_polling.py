@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from orbit.server.services import dispatch
+from orbit.server.services import dispatch, scheduler
 
 from .task_helpers import configure
 from .worker_client import Worker
@@ -179,3 +179,34 @@ async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_
         await configure(tenant, q["id"], via=same_node, paused=False)
         got = await asyncio.wait_for(claim, 2)
         assert [t["task_id"] for t in got["tasks"]] == [task["id"]]
+
+
+async def test_a_lease_recovered_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, db, no_polling):
+    q = await tenant.create_queue()
+    task = await _submit(tenant, http, q["id"])
+    async with Worker.connect(base, tenant.token) as holder, Worker.connect(base, tenant.token) as w:
+        await holder.hello(q["id"])
+        await w.hello(q["id"])
+        (held,) = (await holder.call("claim", queue_id=q["id"], max_tasks=1, lease_ms=1000))["tasks"]
+        claim = await _waiting(w, q["id"], wait_ms=8000)
+        await asyncio.sleep(1.0)  # the unstarted lease has expired
+        assert await dispatch.recover_expired_leases(db) >= 1  # other tests' leases too
+        got = await asyncio.wait_for(claim, 2)
+        assert [t["task_id"] for t in got["tasks"]] == [task["id"]]
+        assert got["tasks"][0]["lease_id"] != held["lease_id"]
+
+
+async def test_a_schedule_firing_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, db, no_polling):
+    q = await tenant.create_queue()
+    r = await tenant.post("/v1/schedules", {"name": "every-second", "queue_id": q["id"], "interval_seconds": 1,
+                                            "task": {"payload": {"n": 1}}})
+    assert r.status_code == 201, r.text
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        claim = await _waiting(w, q["id"], wait_ms=8000)
+        deadline = time.monotonic() + 5
+        while not await scheduler.run_once(db):  # its first point falls due within a second
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        got = await asyncio.wait_for(claim, 2)
+        assert len(got["tasks"]) == 1

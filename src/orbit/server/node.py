@@ -62,7 +62,7 @@ class Node:
         self.unparker = Unparker(db)
         db.on_keys_freed = self.unparker.freed
         # A report that gave permits back wakes as many claims of its queue as tasks may take them.
-        db.on_permits_freed = self._permits_freed
+        db.on_claimable = self._claimable
         self.metrics = NodeMetrics(db, lambda: len(self.hub.sessions), self.settings.metrics_ttl_seconds, self.load)
         # Events this node's transactions wrote are numbered right after they commit.
         self.sequencer = Sequencer(db)
@@ -93,8 +93,8 @@ class Node:
             claims.notify(queue_id, new)
         return admissions
 
-    def _permits_freed(self, freed: dict[str, int]) -> None:
-        for queue_id, n in freed.items():
+    def _claimable(self, claimable: dict[str, int]) -> None:
+        for queue_id, n in claimable.items():
             if n > 0:
                 self.wakeups.claims.notify(queue_id, n)
 

@@ -1247,6 +1247,9 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
             else:
                 _retry_or_fail(w, task, now, retryable=True, code="LEASE_LOST", message=error["message"])
         await w.flush(tx)
+        if w.permits_back:
+            # A task given back, or one a freed permit lets start, reaches the claims waiting here at once.
+            await usage_q.note_unleased(tx, w.permits_back)
         return n
 
     if not await db.any_row(lease_q.any_expired()):

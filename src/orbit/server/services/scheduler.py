@@ -104,6 +104,9 @@ async def _batch(tx: Tx, *, optimistic: bool) -> tuple[int, bool, int]:
         handled += _advance(s, now, room, previous, keys, tasks, runs, events, usage)
     if tasks:
         await task_q.insert(tx, tasks)
+        for t in tasks:
+            if t["parked_on"] is None and t["available_at"] <= now:
+                tx.work_in(t["queue_id"], 1)  # the claims waiting here take it at once
     await run_q.insert_runs(tx, runs)
     await emit_many(tx, events)
     for s in due:

@@ -112,8 +112,8 @@ class Database:
             self._write_lock = asyncio.Lock()
         # Called after a commit with the resource keys that transaction gave permits back to.
         self.on_keys_freed: Callable[[set[str]], None] | None = None
-        # Called after a commit that gave queue permits back: per queue, how many a waiting task may take.
-        self.on_permits_freed: Callable[[dict[str, int]], None] | None = None
+        # Called after a commit that gave waiting claims work (`Tx.claimable`): per queue, how many.
+        self.on_claimable: Callable[[dict[str, int]], None] | None = None
         # Called after a commit with the namespaces that transaction wrote events to.
         self.on_events_written: Callable[[set[str]], None] | None = None
         # Whether the database can be reached: while it cannot, every operation is refused at once.
@@ -139,24 +139,21 @@ class Database:
         """Run ``fn`` in one write transaction, retrying the whole of it on lock conflicts."""
         if not self.health.available:
             raise self.health.unavailable()
-        freed: set[str] = set()
-        written: set[str] = set()
-        permits: list[dict[str, int]] = [{}]
+        last: Tx | None = None  # the attempt that committed
 
         async def body(tx: Tx) -> T:
+            nonlocal last
             result = await fn(tx)
-            freed.clear()
-            freed.update(tx.keys_freed)
-            written.clear()
-            written.update(tx.events_written)
-            permits[0] = tx.permits_freed  # the dict itself: the COMMIT's round trip fills it
+            last = tx  # its `claimable` is filled by the COMMIT's round trip
             return result
 
         result = await self._transaction(body)
+        assert last is not None
+        freed, written = last.keys_freed, last.events_written
         if freed and self.on_keys_freed is not None:
             self.on_keys_freed(freed)
-        if permits[0] and self.on_permits_freed is not None:
-            self.on_permits_freed(permits[0])
+        if last.claimable and self.on_claimable is not None:
+            self.on_claimable(last.claimable)
         if written and self.on_events_written is not None:
             self.on_events_written(written)
         return result

@@ -121,9 +121,10 @@ class Tx:
         # Resource keys this transaction gave permits back to: once it commits, the node takes
         # tasks parked on them back to the claimable part (`Database.on_keys_freed`).
         self.keys_freed: set[str] = set()
-        # Queues this transaction gave permits back in, and how many a waiting task may take:
-        # once it commits, the node wakes that many claims of each (`Database.on_permits_freed`).
-        self.permits_freed: dict[str, int] = {}
+        # Per queue, how many waiting claims this transaction gave work to (tasks that became due,
+        # permits given back that a waiting task may take): once it commits, the node wakes that
+        # many claims of each (`Database.on_claimable`).
+        self.claimable: dict[str, int] = {}
         # Namespaces this transaction wrote events to: numbered by the node's sequencer after it commits.
         self.events_written: set[str] = set()
         # Reads that travel with the COMMIT, after every deferred write, and what takes their rows.
@@ -174,6 +175,11 @@ class Tx:
             raw = await self.conn.get_raw_connection()
             self._driver = raw.driver_connection
         return self._driver
+
+    def work_in(self, queue_id: str, count: int) -> None:
+        """Once this transaction commits, `count` more waiting claims of `queue_id` may find work."""
+        if count > 0:
+            self.claimable[queue_id] = self.claimable.get(queue_id, 0) + count
 
     def means(self, code: int, exception: Callable[[], Exception]) -> None:
         """From now on in this transaction, MySQL error `code` raises `exception()` instead."""

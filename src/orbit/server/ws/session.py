@@ -508,7 +508,7 @@ class WorkerSession:
     def _freed(self, lease_id: str, result: dispatch.Result) -> None:
         """A permit may have been freed: its application's too, so wake long polls of this
         session's other queues on this node (the node wakes those of the lease's own queue that
-        a waiting task may follow: `Node._permits_freed`)."""
+        a waiting task may follow: `Node._claimable`)."""
         located = self._granted.get(lease_id)
         if not isinstance(result, DomainError):
             self._granted.pop(lease_id, None)

@@ -54,7 +54,7 @@ def note_freed(queue_ids: list[str], application_ids: list[str], resource_key_id
 
 async def note_unleased(tx: Tx, freed: dict[str, int]) -> None:
     """`freed` permits were given back per queue by this transaction: once it commits,
-    `tx.permits_freed` holds, per queue, how many of them a waiting task may take (at most its
+    `tx.claimable` holds, per queue, how many of them a waiting task may take (at most its
     unfinished tasks that hold no lease). Read after this transaction's own UPDATEs, in the
     COMMIT's round trip where writes wait for it."""
     ids = sorted(freed)
@@ -63,7 +63,7 @@ async def note_unleased(tx: Tx, freed: dict[str, int]) -> None:
 
     def note(rows: list[list[dict[str, Any]]]) -> None:
         for r in rows[0]:
-            tx.permits_freed[r["queue_id"]] = max(0, min(freed[r["queue_id"]], int(r["unleased"])))
+            tx.work_in(r["queue_id"], max(0, min(freed[r["queue_id"]], int(r["unleased"]))))
 
     await tx.read_after_writes([stmt], note)
 
