@@ -2,10 +2,11 @@
 single submits at a low steady rate; every hop is timestamped on the client (wall clock)
 and joined with the database's own times (created_at, leased_at, started_at).
 
-    python bench/latency_probe.py [--rate 20] [--seconds 10] [--sessions 4] [--batch 1]
+    python bench/latency_probe.py [--rate 20] [--seconds 10] [--sessions 4] [--batch 1] [--nodes 1]
 
 `--rate` counts submit requests; with `--batch N` each carries N tasks (a burst, as the
-suite's open loop sends every 20 ms).
+suite's open loop sends every 20 ms). With `--nodes 2` the submits go to the first node and
+the worker sessions connect to the second, as behind a load balancer.
 
 Prints the p50/p90 of each hop in milliseconds:
   submit.send -> task.created_at -> submit.reply
@@ -34,7 +35,8 @@ from bench._worker import RawSession, run_loop  # noqa: E402
 from bench.suite import create_queue  # noqa: E402
 
 
-async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: int, batch: int = 1) -> None:
+async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: int, batch: int = 1,
+                worker_url: str | None = None) -> None:
     import httpx
 
     token = wtoken = creds["token"]
@@ -45,7 +47,7 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
     stop = asyncio.Event()
 
     async def worker() -> None:
-        s = await RawSession.connect(url, wtoken, qid, f"probe-{uuid.uuid4().hex[:4]}")
+        s = await RawSession.connect(worker_url or url, wtoken, qid, f"probe-{uuid.uuid4().hex[:4]}")
         try:
             while not stop.is_set():
                 r = await s.call({"type": "claim", "queue_id": qid, "max_tasks": 10, "wait_ms": 500,
@@ -127,9 +129,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--batch", type=int, default=1, help="tasks per submit request (a batch submit when > 1)")
+    ap.add_argument("--nodes", type=int, default=1, help="nodes: submits go to the first, workers to the last")
     a = ap.parse_args()
-    with environment(None) as (urls, creds):
-        run_loop(probe(urls[0], creds, a.rate, a.seconds, a.sessions, a.batch))
+    with environment(None, a.nodes) as (urls, creds):
+        run_loop(probe(urls[0], creds, a.rate, a.seconds, a.sessions, a.batch, urls[-1]))
 
 
 if __name__ == "__main__":

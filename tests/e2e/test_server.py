@@ -27,6 +27,16 @@ def test_an_unreachable_database_is_reported_without_its_password():
     assert "hunter2-secret" not in refused.output and "Traceback" not in refused.stderr
 
 
+def test_a_setting_out_of_range_is_refused_before_the_node_starts(tmp_path):
+    url = f"sqlite:///{tmp_path / 'node.db'}"
+    asyncio.run(migrate.upgrade(url))
+    for env, said in (({"ORBIT_CLAIM_POLL_MS": "0"}, "ORBIT_CLAIM_POLL_MS must be from 5 to 1000"),
+                      ({"ORBIT_METRICS_ADDR": "nowhere"}, "not a host:port address: 'nowhere'")):
+        refused = cli("orbit", "server", "--database-url", url, "--port", "9", env=child_env(**env))
+        assert refused.returncode == 2, refused
+        assert said in refused.stderr and "Traceback" not in refused.stderr, refused
+
+
 def test_refused_credentials_fail_at_once_without_waiting(empty_db_url):
     """A wrong password is a configuration error: said at once, not waited out as an outage."""
     if not empty_db_url.startswith("mysql"):

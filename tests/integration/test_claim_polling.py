@@ -62,7 +62,7 @@ async def test_claims_waiting_on_an_empty_queue_run_no_transaction_until_their_w
         assert time.monotonic() - started >= 1.4
         # One transaction each when it arrived (grouped or not), none while waiting or at the end.
         assert sum(claim_transactions) == 4
-        assert len(polls) >= 4  # the node polled for all four, every 200 ms, and woke nobody
+        assert len(polls) >= 4  # the node polled for all four and woke nobody
         assert all(not woken for woken in polls)
     finally:
         for w in workers:

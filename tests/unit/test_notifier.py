@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from orbit.server.wakeups import IDLE_FOR_S, TIMED_OUT, Notifier
+from orbit.server.wakeups import TIMED_OUT, Notifier
 
 pytestmark = pytest.mark.anyio
 
@@ -187,11 +187,12 @@ async def test_waiting_lists_the_claims_nothing_woke_or_took_per_queue() -> None
 async def test_a_poll_verdict_of_idle_holds_for_its_namespace_until_a_notification() -> None:
     n = Notifier()
     n.found_idle("q", "ns", 100.0)
-    assert n.idle("q", "ns", 100.1)
-    assert not n.idle("q", "other-ns", 100.1)  # a claim from elsewhere hears NOT_FOUND from its transaction
-    assert not n.idle("q", "ns", 100.01 + IDLE_FOR_S)  # stale: the next poll has not confirmed it
+    soon = 100.0 + n.idle_for_s / 2
+    assert n.idle("q", "ns", soon)
+    assert not n.idle("q", "other-ns", soon)  # a claim from elsewhere hears NOT_FOUND from its transaction
+    assert not n.idle("q", "ns", 100.01 + n.idle_for_s)  # stale: the next poll has not confirmed it
     n.notify("q", 1)
-    assert not n.idle("q", "ns", 100.1)
+    assert not n.idle("q", "ns", soon)
 
 
 async def test_a_notification_during_the_poll_read_keeps_the_verdict_from_being_taken() -> None:
@@ -209,5 +210,5 @@ async def test_old_verdicts_and_notification_times_are_forgotten() -> None:
     n.found_idle("q1", "ns", 10.0)
     n.found_idle("q2", "ns", 20.0)
     n.forget_before(15.0)
-    assert not n.idle("q1", "ns", 10.1)
-    assert n.idle("q2", "ns", 20.1)
+    assert not n.idle("q1", "ns", 10.0 + n.idle_for_s / 2)
+    assert n.idle("q2", "ns", 20.0 + n.idle_for_s / 2)

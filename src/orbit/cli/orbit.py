@@ -60,6 +60,11 @@ def _lock_sqlite(url: str):
 def _serve(settings, host: str, port: int, banner: list[str] | None = None, drain_seconds: float = 10.0) -> None:
     import uvicorn
 
+    try:
+        settings.check()
+    except ValueError as exc:
+        _fail(str(exc))
+
     from ..server.app import create_app
     from ..server.ws.corked import websocket_protocol
 

@@ -18,6 +18,12 @@ REQUESTS_IN_PROGRESS_PER_POOL_SIZE = 50
 POOL_SIZE_PER_BATCH_SUBMIT = 4
 
 
+# Every 25 ms: work committed through another node reaches a waiting claim about 20 ms later
+# (median), for about twice the idle CPU of a 200 ms poll (docs/operations.md has the figures).
+CLAIM_POLL_MS = 25
+MIN_CLAIM_POLL_MS, MAX_CLAIM_POLL_MS = 5, 1000
+
+
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value else default
@@ -71,6 +77,14 @@ class Settings:
     metrics_public: bool | None = field(default_factory=lambda: _env_flag("ORBIT_METRICS_PUBLIC"))
     # The per-queue gauges are read from the database at most once per this many seconds per node.
     metrics_ttl_seconds: float = field(default_factory=lambda: _env_float("ORBIT_METRICS_TTL_SECONDS", 5.0))
+    # How often the node reads, for all the claims long-polling it, whether work committed through
+    # another node would now let them lease: that bounds how late such work reaches them.
+    claim_poll_ms: int = field(default_factory=lambda: _env_int("ORBIT_CLAIM_POLL_MS", CLAIM_POLL_MS))
+
+    def claim_poll_seconds(self) -> float:
+        if not MIN_CLAIM_POLL_MS <= self.claim_poll_ms <= MAX_CLAIM_POLL_MS:
+            raise ValueError(f"ORBIT_CLAIM_POLL_MS must be from {MIN_CLAIM_POLL_MS} to {MAX_CLAIM_POLL_MS}")
+        return self.claim_poll_ms / 1000
 
     def requests_in_progress_limit(self) -> int:
         """The configured limit, or REQUESTS_IN_PROGRESS_PER_POOL_SIZE per unit of the pool size."""
@@ -83,6 +97,14 @@ class Settings:
         if self.max_batch_submits_in_progress < 0:
             raise ValueError("ORBIT_MAX_BATCH_SUBMITS_IN_PROGRESS must be 0 (derived from the pool size) or more")
         return self.max_batch_submits_in_progress or max(2, self.pool_size // POOL_SIZE_PER_BATCH_SUBMIT)
+
+    def check(self) -> None:
+        """Raise ValueError naming the first setting out of its range, before a node starts."""
+        self.requests_in_progress_limit()
+        self.batch_submits_limit()
+        self.claim_poll_seconds()
+        if self.metrics_listen is not None:
+            parse_address(self.metrics_listen)
 
     def metrics_on_public_listener(self) -> bool:
         return self.metrics_listen is None if self.metrics_public is None else self.metrics_public

@@ -113,7 +113,7 @@ class Node:
     @classmethod
     def create(cls, settings: Settings, db: Database) -> Node:
         wakeups = Wakeups()
-        return cls(settings, db, wakeups, WorkerHub(db, settings.node_id, wakeups))
+        return cls(settings, db, wakeups, WorkerHub(db, settings.node_id, wakeups, settings.claim_poll_seconds()))
 
     async def schema_is_current(self) -> bool:
         """Checked at most every few seconds: readiness probes must stay cheap."""

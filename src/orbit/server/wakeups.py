@@ -33,9 +33,9 @@ class Waiter:
 HANDOFF_GAP_S = 0.010
 
 
-# A poll's verdict that a queue has nothing to lease holds this long (more than the node's poll
-# interval, so that a queue polled on time never goes without one).
-IDLE_FOR_S = 0.3
+# A poll's verdict that a queue has nothing to lease holds this long by default (more than the
+# node's poll interval, so that a queue polled on time never goes without one: `WorkerHub` sets it).
+IDLE_FOR_S = 0.05
 
 # What `Notifier.wait` returns when its time is over before anything woke it.
 TIMED_OUT: Any = object()
@@ -72,6 +72,7 @@ class Notifier:
         # namespace (`idle`); and when each queue was last notified, which ends such a verdict.
         self._idle: dict[str, tuple[float, str]] = {}
         self._notified_at: dict[str, float] = {}
+        self.idle_for_s = IDLE_FOR_S
 
     def sparse(self, queue_id: str, now: float) -> bool:
         """A submit of `queue_id` arrives at `now` (monotonic): True when the queue is polled here
@@ -179,11 +180,11 @@ class Notifier:
 
     def idle(self, queue_id: str, namespace_id: str, now: float) -> bool:
         """Whether a claim arriving now on `queue_id` (from `namespace_id`) would find nothing as far
-        as this node knows: a poll found the queue so less than `IDLE_FOR_S` ago and nothing here
+        as this node knows: a poll found the queue so less than `idle_for_s` ago and nothing here
         notified it since. Work committed elsewhere meanwhile is found by the next poll, as it
         would be for a claim already waiting."""
         verdict = self._idle.get(queue_id)
-        return verdict is not None and verdict[1] == namespace_id and now - verdict[0] < IDLE_FOR_S
+        return verdict is not None and verdict[1] == namespace_id and now - verdict[0] < self.idle_for_s
 
     def forget_before(self, at: float) -> None:
         """Drop verdicts and notification times older than `at` (monotonic): they decide nothing."""

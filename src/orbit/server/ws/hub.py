@@ -1,7 +1,7 @@
 """Node-wide worker machinery: session registry, wake-ups, group commit, pushes, drain.
 
 Nodes never talk to each other: work committed on another node is found by
-polling (every `POLL_INTERVAL` one read for all the claims waiting here), and pushes
+polling (every `poll_interval` one read for all the claims waiting here), and pushes
 for leases held by this node's sessions are found in the `leases.push_pending` index.
 """
 
@@ -17,7 +17,7 @@ from ..batching import GroupCommitter, KeyedBatcher
 from ..core.ids import new_id
 from ..loops import BackgroundLoops
 from ..services import dispatch, workers
-from ..wakeups import IDLE_FOR_S, Wakeups
+from ..wakeups import Wakeups
 
 if TYPE_CHECKING:
     from ..store.db import Database
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("orbit.ws")
 
-POLL_INTERVAL = 0.2
 # Queues one poll of the waiting claims reads at most per statement.
 POLL_QUEUES = 200
 PUSH_INTERVAL = 0.25
@@ -37,13 +36,16 @@ OUTAGE_DRAIN = {"type": "drain", "deadline_ms": 10_000, "reason": "database_unav
 class WorkerHub:
     """Everything the worker sessions of one server process share."""
 
-    def __init__(self, db: Database, node_id: str, wakeups: Wakeups) -> None:
+    def __init__(self, db: Database, node_id: str, wakeups: Wakeups, poll_interval: float) -> None:
         self.db = db
+        self.poll_interval = poll_interval
         self.node_id = node_id
         # Unique per process so that pushes are routed to this process even if node ids repeat.
         self.instance_id = f"{node_id[:40]}:{new_id()[:12]}"
         self.sessions: dict[str, WorkerSession] = {}
         self.notifier = wakeups.claims
+        # A poll's verdict that a queue is idle outlives the next poll, late as it may start.
+        self.notifier.idle_for_s = 2 * poll_interval
         self.draining = False
         self.drain_deadline_ms = 0
         self._push_wake = wakeups.pushes
@@ -60,7 +62,7 @@ class WorkerHub:
     def start(self) -> None:
         for gc in (self.starts, self.renews, self.completes):
             gc.start()
-        self._loops.every(POLL_INTERVAL, "claim_poll", self._poll_waiting_claims)
+        self._loops.every(self.poll_interval, "claim_poll", self._poll_waiting_claims)
         self._loops.every(PUSH_INTERVAL, "worker_push", self._push_once, wake=self._push_wake)
         self._loops.every(REVOCATION_INTERVAL, "worker_revocation", self._close_revoked_sessions)
         self.db.health.subscribe(self._database_changed)
@@ -129,7 +131,7 @@ class WorkerHub:
                 self.notifier.notify(qid, count)
             for qid, namespace_id in found.idle.items():
                 self.notifier.found_idle(qid, namespace_id, read_at)
-        self.notifier.forget_before(began - IDLE_FOR_S)
+        self.notifier.forget_before(began - self.notifier.idle_for_s)
 
     async def _push_once(self) -> None:
         pushes = await workers.pending_pushes(self.db, self.instance_id)
