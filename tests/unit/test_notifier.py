@@ -212,3 +212,13 @@ async def test_old_verdicts_and_notification_times_are_forgotten() -> None:
     n.forget_before(15.0)
     assert not n.idle("q1", "ns", 10.0 + n.idle_for_s / 2)
     assert n.idle("q2", "ns", 20.0 + n.idle_for_s / 2)
+
+
+async def test_only_this_node_s_own_work_counts_as_notified_since_a_poll() -> None:
+    n = Notifier()
+    before = time.monotonic()
+    n.notify("q", 1, polled=True)  # found by the poll: not this node's own commit
+    assert not n.notified_since("q", before)
+    n.notify("q", 1)
+    assert n.notified_since("q", before)
+    assert not n.notified_since("q", time.monotonic() + 1)

@@ -83,9 +83,11 @@ class Notifier:
         self._last_submit[queue_id] = now
         return previous is None or now - previous >= HANDOFF_GAP_S
 
-    def notify(self, queue_id: str, count: int | None = None) -> None:
-        """`count` tasks or permits may be claimable in `queue_id` (None: unknown, wake every claim)."""
-        self._notified_at[queue_id] = time.monotonic()
+    def notify(self, queue_id: str, count: int | None = None, *, polled: bool = False) -> None:
+        """`count` tasks or permits may be claimable in `queue_id` (None: unknown, wake every claim);
+        `polled`: found by the node's poll rather than committed through this node."""
+        if not polled:
+            self._notified_at[queue_id] = time.monotonic()
         self._idle.pop(queue_id, None)
         waiters = self._waiters.get(queue_id)
         woken = 0
@@ -185,6 +187,11 @@ class Notifier:
         would be for a claim already waiting."""
         verdict = self._idle.get(queue_id)
         return verdict is not None and verdict[1] == namespace_id and now - verdict[0] < self.idle_for_s
+
+    def notified_since(self, queue_id: str, at: float) -> bool:
+        """Whether work committed through this node woke claims of `queue_id` at or after `at`
+        (monotonic): those claims read every due task, whichever node committed it."""
+        return self._notified_at.get(queue_id, -1.0) >= at
 
     def forget_before(self, at: float) -> None:
         """Drop verdicts and notification times older than `at` (monotonic): they decide nothing."""

@@ -46,6 +46,7 @@ class WorkerHub:
         self.notifier = wakeups.claims
         # A poll's verdict that a queue is idle outlives the next poll, late as it may start.
         self.notifier.idle_for_s = 2 * poll_interval
+        self._poll_began = float("-inf")  # when the latest poll began (monotonic)
         self.draining = False
         self.drain_deadline_ms = 0
         self._push_wake = wakeups.pushes
@@ -122,13 +123,17 @@ class WorkerHub:
             for qid, ws in self.notifier.waiting().items()
         }
         queue_ids = sorted(waiting)
-        began = time.monotonic()
+        began, previous = time.monotonic(), self._poll_began
+        self._poll_began = began
         for i in range(0, len(queue_ids), POLL_QUEUES):
             part = {qid: waiting[qid] for qid in queue_ids[i:i + POLL_QUEUES]}
             read_at = time.monotonic()
             found = await dispatch.poll_waiting(self.db, part)
             for qid, count in found.wake.items():
-                self.notifier.notify(qid, count)
+                # Where this node's own commits woke claims since the last poll, the due tasks it
+                # found are theirs: waking more would split them into more, smaller claims.
+                if count is None or not self.notifier.notified_since(qid, previous):
+                    self.notifier.notify(qid, count, polled=True)
             for qid, namespace_id in found.idle.items():
                 self.notifier.found_idle(qid, namespace_id, read_at)
         self.notifier.forget_before(began - self.notifier.idle_for_s)
