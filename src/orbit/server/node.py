@@ -95,8 +95,7 @@ class Node:
 
     def _claimable(self, claimable: dict[str, int]) -> None:
         for queue_id, n in claimable.items():
-            if n > 0:
-                self.wakeups.claims.notify(queue_id, n)
+            self.wakeups.claims.notify(queue_id, n)
 
     def load(self) -> Load:
         """What /metrics reports of this node's admission and of what it shed."""

@@ -177,7 +177,8 @@ class Tx:
         return self._driver
 
     def work_in(self, queue_id: str, count: int) -> None:
-        """Once this transaction commits, `count` more waiting claims of `queue_id` may find work."""
+        """Once this transaction commits, `count` more waiting claims of `queue_id` may find work
+        (nothing when `count` is not positive)."""
         if count > 0:
             self.claimable[queue_id] = self.claimable.get(queue_id, 0) + count
 

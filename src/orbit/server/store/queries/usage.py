@@ -63,7 +63,7 @@ async def note_unleased(tx: Tx, freed: dict[str, int]) -> None:
 
     def note(rows: list[list[dict[str, Any]]]) -> None:
         for r in rows[0]:
-            tx.work_in(r["queue_id"], max(0, min(freed[r["queue_id"]], int(r["unleased"]))))
+            tx.work_in(r["queue_id"], min(freed[r["queue_id"]], int(r["unleased"])))
 
     await tx.read_after_writes([stmt], note)
 
