@@ -120,7 +120,8 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
     print(f"{len(rows)} tasks at {rate}/s x {batch} per request, {sessions} sessions; "
           f"{handed} leased in their submit's transaction")
     for k, v in hops.items():
-        print(f"  {k:40s} p50 {percentile(v, 50):7.2f}  p90 {percentile(v, 90):7.2f} ms")
+        print(f"  {k:40s} p50 {percentile(v, 50):7.2f}  p90 {percentile(v, 90):7.2f}  p99 {percentile(v, 99):7.2f}"
+              f"  max {max(v):7.2f} ms")
 
 
 def main() -> None:
