@@ -53,16 +53,19 @@ async def number_namespace(db: Database, namespace_id: str) -> int:
 
 
 async def _pass(tx: Tx, namespace_id: str) -> int:
-    rows = await tx.rows(ev_q.lock_sequencer(namespace_id))
+    """One pass in two round trips: the sequencer row's lock and the unnumbered batches read after
+    it, then the numbering with the commit."""
+    rows, batches = await tx.rows_multi([ev_q.lock_sequencer(namespace_id),
+                                         ev_q.unnumbered(namespace_id, NUMBER_BATCH)])
     if not rows:
         if await tx.rows(ev_q.sequencer(namespace_id)):
-            return -1  # another pass holds it
+            return -1  # another pass holds it (its batches were read in vain)
         await tx.count(ev_q.create_sequencer(namespace_id))
         rows = await tx.rows(ev_q.lock_sequencer(namespace_id))
         if not rows:
             return -1
+        batches = await tx.rows(ev_q.unnumbered(namespace_id, NUMBER_BATCH))
     last = int(rows[0]["last_seq"])
-    batches = await tx.rows(ev_q.unnumbered(namespace_id, NUMBER_BATCH))
     if not batches:
         return 0
     first: dict[str, int] = {}
@@ -70,7 +73,7 @@ async def _pass(tx: Tx, namespace_id: str) -> int:
         first[b["batch_id"]] = last + 1
         last += int(b["count"])
     await tx.defer(ev_q.number(first))
-    await tx.defer(ev_q.advance_sequencer(namespace_id, last, await tx.now()))
+    await tx.defer(ev_q.advance_sequencer(namespace_id, last))
     return len(batches)
 
 

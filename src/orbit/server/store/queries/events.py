@@ -72,9 +72,9 @@ def number(first_seqs: dict[str, int]) -> Stmt:
                 f"WHERE batch_id IN ({placeholders(len(ids))})", [*params, *ids])
 
 
-def advance_sequencer(namespace_id: str, last_seq: int, now: datetime) -> Stmt:
-    return Stmt("UPDATE event_sequencers SET last_seq = ?, numbered_at = ? WHERE namespace_id = ?",
-                (last_seq, now, namespace_id))
+def advance_sequencer(namespace_id: str, last_seq: int) -> Stmt:
+    return Stmt("UPDATE event_sequencers SET last_seq = ?, numbered_at = {NOW} WHERE namespace_id = ?",
+                (last_seq, namespace_id))
 
 
 def namespaces_with_unnumbered() -> Stmt:
