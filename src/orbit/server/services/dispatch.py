@@ -523,11 +523,12 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
         await changes.apply(tx)
         lease_ids = [g["lease_id"] for p in planned for slot in p.slots for g in _granted(replies[slot])]
         taken_keys = sorted({k for p in planned for k in p.key_leases})
-        set_freed, read_freed = usage_q.note_freed(ids, app_ids, taken_keys)
-        stmts = [set_freed] + ([lease_q.retime_after_freed(lease_ids)] if lease_ids else []) + [read_freed]
+        stmts = [usage_q.note_freed(ids, app_ids, taken_keys)]
+        if lease_ids:
+            stmts.append(lease_q.retime_after_freed(lease_ids))
 
         def retimed(rows: list[list[dict[str, Any]]]) -> None:
-            freed = rows[-1][0]["freed"]
+            freed = rows[0][0]["freed"]
             if freed is not None and freed >= now:
                 after = freed + timedelta(microseconds=1)
                 for p in planned:

@@ -41,15 +41,16 @@ def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False)
                 f"ORDER BY queue_id{'{FOR_UPDATE}' if lock else ''}", queue_ids)
 
 
-def note_freed(queue_ids: list[str], application_ids: list[str], resource_key_ids: list[str]) -> list[Stmt]:
-    """The latest database time these usage rows gave a permit back at, into `@orbit_freed`, and
-    read: run after this transaction's own UPDATEs have locked them, so it can no longer move."""
+def note_freed(queue_ids: list[str], application_ids: list[str], resource_key_ids: list[str]) -> Stmt:
+    """The latest database time these usage rows gave a permit back at, into `@orbit_freed` and
+    read (one statement: it sets the variable as it answers): run after this transaction's own
+    UPDATEs have locked them, so it can no longer move."""
     parts = [f"SELECT permits_freed_at AS f FROM {table} WHERE {column} IN ({placeholders(len(ids))})"
              for (table, column), ids in ((_TABLES[QUEUE], queue_ids), (_TABLES[APPLICATION], application_ids),
                                           (_TABLES[KEY], resource_key_ids)) if ids]
     params = [*queue_ids, *application_ids, *resource_key_ids]
-    return [Stmt(f"SET @orbit_freed = (SELECT MAX(f) FROM ({' UNION ALL '.join(parts)}) AS freed)", params),
-            Stmt("SELECT CAST(@orbit_freed AS DATETIME(6)) AS freed")]
+    return Stmt(f"SELECT CAST(@orbit_freed := (SELECT MAX(f) FROM ({' UNION ALL '.join(parts)}) AS freed) "
+                "AS DATETIME(6)) AS freed", params)
 
 
 async def note_unleased(tx: Tx, freed: dict[str, int]) -> None:
