@@ -149,3 +149,99 @@ async def test_a_report_wakes_no_claim_when_no_task_waits(tenant, base, no_polli
         # The permit came back with no task left to take it: the waiting claim ran no transaction
         # again, not even when its wait ended.
         assert len(claim_transactions) == before
+
+
+async def _submit_batch(tenant, http: httpx.AsyncClient, queue_id: str, n: int, key: str | None = None,
+                        keys: list[str] | None = None) -> httpx.Response:
+    items = [{"idempotency_key": (keys[i] if keys else tenant.key()), "payload": {"i": i}} for i in range(n)]
+    return await http.post(f"/v1/queues/{queue_id}/tasks:batch", json={"tasks": items},
+                           headers=tenant.headers(None, key or tenant.key()))
+
+
+def _batch_ids(r: httpx.Response) -> list[str]:
+    assert r.status_code == 200, r.text
+    return [item["task"]["id"] for item in r.json()["data"]["results"] if "task" in item]
+
+
+async def test_a_batch_leases_its_tasks_to_the_claims_waiting_on_its_node(tenant, base, no_polling,
+                                                                          claim_transactions):
+    q = await tenant.create_queue(max_concurrency=20, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as a, Worker.connect(base, tenant.token) as b, \
+            httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        await b.hello(q["id"])
+        ca = await _waiting_claim(a, q["id"], "c-a")
+        cb = await _waiting_claim(b, q["id"], "c-b")
+        before = sum(claim_transactions)
+        ids = _batch_ids(await _submit_batch(tenant, http, q["id"], 8))
+        got_a, got_b = await asyncio.wait_for(asyncio.gather(ca, cb), 5)
+        leased = [t["task_id"] for t in got_a["tasks"] + got_b["tasks"]]
+        # Five each at most (their max_tasks), in the batch's order, each task once.
+        assert len(got_a["tasks"]) == 5 and len(got_b["tasks"]) == 3
+        assert leased == ids
+        assert sum(claim_transactions) == before  # no claim transaction of their own
+        for task_id in leased:
+            (task_row,) = await _rows(tenant, tasks, tasks.c.id, task_id)
+            (lease_row,) = await _rows(tenant, leases, leases.c.task_id, task_id)
+            assert lease_row["leased_at"] == task_row["created_at"] and task_row["state"] == "LEASED"
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 8 and u["unfinished"] == 8
+        again = await a.call("claim", id="c-a", queue_id=q["id"], max_tasks=5)
+        assert again["tasks"] == got_a["tasks"]  # a resent claim replays what the batch granted
+
+
+async def test_a_batch_larger_than_its_waiting_claims_wakes_others_for_the_rest(tenant, base, no_polling):
+    q = await tenant.create_queue(max_concurrency=20, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as a, httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        ca = await _waiting_claim(a, q["id"], "c-a")
+        ids = _batch_ids(await _submit_batch(tenant, http, q["id"], 12))
+        got = await asyncio.wait_for(ca, 5)
+        assert [t["task_id"] for t in got["tasks"]] == ids[:5]
+        rest = await a.call("claim", queue_id=q["id"], max_tasks=20)
+        assert [t["task_id"] for t in rest["tasks"]] == ids[5:]
+
+
+async def test_a_batch_within_the_limits_leases_only_what_fits(tenant, base, no_polling):
+    q = await tenant.create_queue(max_concurrency=2, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as a, httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        ca = await _waiting_claim(a, q["id"], "c-a")
+        ids = _batch_ids(await _submit_batch(tenant, http, q["id"], 4))
+        got = await asyncio.wait_for(ca, 5)
+        assert [t["task_id"] for t in got["tasks"]] == ids[:2]
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 2 and u["unfinished"] == 4
+
+
+async def test_a_replayed_batch_serves_no_claim_and_the_claim_waits_on(tenant, base, no_polling):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as a, httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        key, keys = tenant.key(), [tenant.key() for _ in range(3)]
+        first = await a.call("claim", queue_id=q["id"], max_tasks=5, wait_ms=0)
+        assert first["tasks"] == []
+        ids = _batch_ids(await _submit_batch(tenant, http, q["id"], 3, key=key, keys=keys))
+        taken = await a.call("claim", queue_id=q["id"], max_tasks=5)
+        assert [t["task_id"] for t in taken["tasks"]] == ids
+        claim = await _waiting_claim(a, q["id"], "c-w", wait_ms=1000)
+        replay = await _submit_batch(tenant, http, q["id"], 3, key=key, keys=keys)
+        assert _batch_ids(replay) == ids and all(i["deduplicated"] is False for i in replay.json()["data"]["results"])
+        assert (await asyncio.wait_for(claim, 5))["tasks"] == []  # the replay leased nothing again
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 3 and u["unfinished"] == 3
+
+
+async def test_a_batch_of_known_items_serves_no_claim(tenant, base, no_polling):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as a, httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        keys = [tenant.key() for _ in range(2)]
+        ids = _batch_ids(await _submit_batch(tenant, http, q["id"], 2, keys=keys))
+        taken = await a.call("claim", queue_id=q["id"], max_tasks=5)
+        assert [t["task_id"] for t in taken["tasks"]] == ids
+        claim = await _waiting_claim(a, q["id"], "c-w", wait_ms=1000)
+        again = await _submit_batch(tenant, http, q["id"], 2, keys=keys)  # a new batch key, items known
+        assert _batch_ids(again) == ids
+        assert all(i["deduplicated"] for i in again.json()["data"]["results"])
+        assert (await asyncio.wait_for(claim, 5))["tasks"] == []

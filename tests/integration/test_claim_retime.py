@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _ts(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)
+    return datetime.fromisoformat(text).replace(tzinfo=None)
 
 
 async def _rows(db, sql: str, *params):

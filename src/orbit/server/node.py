@@ -14,6 +14,8 @@ from .batching import KeyedBatcher
 from .config import Settings
 from .overload import WAIT_BUDGET_S, Slots
 from .services import tasks as task_service
+from .services.auth import Principal
+from .services.idempotency import IdempotencyScope, Outcome
 from .services.dispatch import Unparker
 from .services.metrics import Load, NodeMetrics
 from .services.events import Sequencer
@@ -92,6 +94,28 @@ class Node:
         if new > 0:
             claims.notify(queue_id, new)
         return admissions
+
+    async def submit_batch(self, principal: Principal, queue_id: str, scope: IdempotencyScope,
+                           commands: list[task_service.SubmitCommand]) -> Outcome:
+        """A batch's transaction, which also serves the claims of its queue waiting here, up to
+        the batch's size (their tasks are leased as they commit); then as many other waiting
+        claims are woken as tasks are left. A batch is many tasks at once, so a claim it serves
+        takes several in one transaction, as a claim woken after it would."""
+        claims = self.wakeups.claims
+        taken = claims.take(queue_id, len(commands))
+        try:
+            outcome, served = await task_service.submit_batch(self.db, principal, queue_id, scope, commands,
+                                                              [w.offer for w in taken])
+        except BaseException:
+            claims.serve(taken, None)
+            raise
+        claims.serve(taken, served)
+        new = task_service.new_tasks(outcome)
+        if served is not None:
+            new -= sum(len(r["tasks"]) for r in served if isinstance(r, dict))
+        if new > 0:
+            claims.notify(queue_id, new)
+        return outcome
 
     def _claimable(self, claimable: dict[str, int]) -> None:
         for queue_id, n in claimable.items():

@@ -79,9 +79,7 @@ async def submit_task_batch(request: Request, queue_id: str):
                     for i, item in enumerate(req.tasks)]
         scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, call.idempotency_key(),
                                  request_digest({"queue_id": queue_id}, raw))
-        outcome = await svc.submit_batch(call.db, who, queue_id, scope, commands)
-        call.node.wakeups.work_in(queue_id, len(commands))
-        return call.outcome(outcome)
+        return call.outcome(await call.node.submit_batch(who, queue_id, scope, commands))
 
 
 @router.get(

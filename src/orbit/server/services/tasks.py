@@ -534,21 +534,26 @@ def _item_json(a: Admission) -> dict[str, Any]:
 
 
 async def submit_batch(
-    db: Database, principal: Principal, queue_id: str, scope: IdempotencyScope, commands: list[SubmitCommand]
-) -> Outcome:
+    db: Database, principal: Principal, queue_id: str, scope: IdempotencyScope, commands: list[SubmitCommand],
+    claims: Sequence[ClaimCommand] = (),
+) -> tuple[Outcome, list[Any] | None]:
     """One transaction for the whole batch; the batch key only recognises a replay of the batch.
 
     Every item has its own key and receipt, so the batch's record refers to those receipts
     instead of repeating their snapshots, and it is inserted with the commit rather than
-    reserved first and rewritten."""
+    reserved first and rewritten.
+
+    `claims` (of the queue, waiting on this node) are served in the same transaction once an
+    item was admitted, as `submit_group` serves them: returns the outcome and the claims'
+    replies (None: they were not served and must run on their own)."""
     from .idempotency import lookup, record_new
 
-    async def body(tx: Tx, optimistic: bool) -> Outcome:
+    async def body(tx: Tx, optimistic: bool) -> tuple[Outcome, list[Any] | None]:
         previous = await lookup(tx, scope)
         if previous is not None:
             replay = await _replay_batch(tx, scope, previous)
             if replay is not None:
-                return replay
+                return replay, None
             # Its item receipts were pruned, so the batch record (written with them) is past
             # its retention too: the batch runs as new, as each of its items would alone.
             await tx.defer(idem_q.delete(scope.namespace_id, scope.operation, scope.key))
@@ -557,14 +562,23 @@ async def submit_batch(
         stored = [{"deduplicated": a.outcome.deduplicated, "ref": c.key} if a.outcome is not None else i
                   for a, c, i in zip(results, commands, items)]
         await record_new(tx, scope, {"results": stored}, queue_id)
-        return Outcome(False, {"results": items}, queue_id)
+        served = None
+        if claims and any(a.new for a in results):
+            served = await claim_within(tx, list(claims), optimistic=optimistic)
+        return Outcome(False, {"results": items}, queue_id), served
 
-    outcome = await db.lock_last(body)
+    outcome, served = await db.lock_last(body)
     if not outcome.deduplicated:
         items = outcome.data["results"]
-        metrics.submitted(sum(1 for i in items if "task" in i and not i["deduplicated"]),
-                          [i["error"]["code"] for i in items if "error" in i])
-    return outcome
+        metrics.submitted(new_tasks(outcome), [i["error"]["code"] for i in items if "error" in i])
+    return outcome, served
+
+
+def new_tasks(outcome: Outcome) -> int:
+    """How many tasks a batch's outcome created (none for a replay of the batch)."""
+    if outcome.deduplicated:
+        return 0
+    return sum(1 for i in outcome.data["results"] if "task" in i and not i["deduplicated"])
 
 
 async def _replay_batch(tx: Tx, scope: IdempotencyScope, previous: Outcome) -> Outcome | None:
