@@ -525,7 +525,7 @@ async def _confirm_grants(tx: Tx, planned: list[_PlannedGrant], replies: list[An
         taken_keys = sorted({k for p in planned for k in p.key_leases})
         stmts = [usage_q.note_freed(ids, app_ids, taken_keys)]
         if lease_ids:
-            stmts.append(lease_q.retime_after_freed(lease_ids))
+            stmts.append(lease_q.retime_after_freed(lease_ids, now))
 
         def retimed(rows: list[list[dict[str, Any]]]) -> None:
             freed = rows[0][0]["freed"]

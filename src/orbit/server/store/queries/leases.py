@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from ..tx import Stmt, placeholders
 
 # ---------------------------------------------------------------- dispatch
@@ -48,13 +50,17 @@ def retime(lease_ids: list[str], leased_at, expires_at) -> Stmt:
                 (leased_at, expires_at, *lease_ids))
 
 
-def retime_after_freed(lease_ids: list[str]) -> Stmt:
-    """Move leases written at a plan's clock to just after `@orbit_freed` (`usage.note_freed`)
-    when a permit was given back at or after that clock, keeping each lease's length."""
+def retime_after_freed(lease_ids: list[str], planned_at: datetime) -> Stmt:
+    """Move leases written at a plan's clock (`planned_at`) to just after `@orbit_freed`
+    (`usage.note_freed`) when a permit was given back at or after that clock, keeping each
+    lease's length. The guard on the variable alone is constant to MariaDB: when no permit came
+    back that late (the usual case) the statement reads no lease row at all."""
     return Stmt("UPDATE leases SET expires_at = expires_at + INTERVAL "
                 "(TIMESTAMPDIFF(MICROSECOND, leased_at, @orbit_freed) + 1) MICROSECOND, "
                 "leased_at = @orbit_freed + INTERVAL 1 MICROSECOND "
-                f"WHERE id IN ({placeholders(len(lease_ids))}) AND leased_at <= @orbit_freed", lease_ids)
+                "WHERE CAST(@orbit_freed AS DATETIME(6)) >= ? "
+                f"AND id IN ({placeholders(len(lease_ids))}) AND leased_at <= @orbit_freed",
+                (planned_at, *lease_ids))
 
 
 def granted(lease_ids: list[str]) -> Stmt:
