@@ -27,7 +27,7 @@ async def _waiters(n: Notifier, queue: str, wants: list[int], timeout: float = 5
 
 
 async def test_a_notification_wakes_the_longest_waiting_claims_that_cover_its_count() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     a, b, c = await _waiters(n, "q", [10, 10, 10])
     n.notify("q", 15)
     await asyncio.wait_for(asyncio.gather(a, b), 1.0)
@@ -39,7 +39,7 @@ async def test_a_notification_wakes_the_longest_waiting_claims_that_cover_its_co
 
 
 async def test_unknown_count_wakes_every_claim_and_other_queues_sleep_on() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     tasks = await _waiters(n, "q", [1, 1, 1])
     (other,) = await _waiters(n, "r", [1])
     n.notify("q")
@@ -50,7 +50,7 @@ async def test_unknown_count_wakes_every_claim_and_other_queues_sleep_on() -> No
 
 
 async def test_a_notification_nobody_heard_is_kept_once_for_the_next_claim() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     n.watch("q")  # a claim of this node is about to read the queue
     n.notify("q", 1)
     loop = asyncio.get_running_loop()
@@ -62,7 +62,7 @@ async def test_a_notification_nobody_heard_is_kept_once_for_the_next_claim() -> 
 
 
 async def test_timed_out_and_cancelled_waits_leave_no_entry_behind() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     n.watch("q")
     await n.wait("q", 0.01)
     (t,) = await _waiters(n, "q", [5])
@@ -74,7 +74,7 @@ async def test_timed_out_and_cancelled_waits_leave_no_entry_behind() -> None:
 
 
 async def test_queues_nobody_polls_here_keep_nothing() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     for i in range(1000):
         n.notify(f"q{i}", 1)
     assert not n._missed and n.queues() == []
@@ -88,7 +88,7 @@ async def test_queues_nobody_polls_here_keep_nothing() -> None:
 async def test_claims_answered_leave_nothing_behind() -> None:
     """A queue is kept for only while a claim here polls it: claims on ever new queue ids (which
     need not exist) leave no entry, and neither do the notifications they missed."""
-    n = Notifier()
+    n = Notifier(0.025)
     for i in range(1000):
         n.watch(f"q{i}")
         n.notify(f"q{i}", 1)
@@ -108,7 +108,7 @@ async def test_claims_answered_leave_nothing_behind() -> None:
 async def test_a_submit_takes_the_longest_waiting_claims_that_offered_their_command() -> None:
     """`take` hands out only claims with an offer, oldest first, covering the count; a taken
     claim ends with the reply `serve` gives it, never with its timeout."""
-    n = Notifier()
+    n = Notifier(0.025)
     plain = asyncio.create_task(n.wait("q", 5.0, 5))
     await asyncio.sleep(0)
     a = asyncio.create_task(n.wait("q", 0.05, 5, offer="claim-a"))
@@ -134,7 +134,7 @@ async def test_a_submit_takes_the_longest_waiting_claims_that_offered_their_comm
 
 
 async def test_a_taken_claim_whose_wait_was_cancelled_is_skipped_by_serve() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     t = asyncio.create_task(n.wait("q", 5.0, 1, offer="claim"))
     await asyncio.sleep(0)
     taken = n.take("q", 1)
@@ -147,7 +147,7 @@ async def test_a_taken_claim_whose_wait_was_cancelled_is_skipped_by_serve() -> N
 def test_only_submits_far_enough_apart_on_a_polled_queue_count_as_sparse() -> None:
     from orbit.server.wakeups import HANDOFF_GAP_S
 
-    n = Notifier()
+    n = Notifier(0.025)
     assert not n.sparse("q", 100.0)  # no claim polls it here
     n.watch("q")
     assert n.sparse("q", 100.0)  # the first one seen
@@ -158,7 +158,7 @@ def test_only_submits_far_enough_apart_on_a_polled_queue_count_as_sparse() -> No
 
 
 async def test_a_wait_tells_a_timeout_from_a_notification() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     assert await n.wait("q", 0.01) is TIMED_OUT
     woken = asyncio.create_task(n.wait("q", 5.0))
     await asyncio.sleep(0)
@@ -167,7 +167,7 @@ async def test_a_wait_tells_a_timeout_from_a_notification() -> None:
 
 
 async def test_waiting_lists_the_claims_nothing_woke_or_took_per_queue() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     a = asyncio.create_task(n.wait("q1", 5.0, 3, offer="claim-a"))
     b = asyncio.create_task(n.wait("q1", 5.0, 2, offer="claim-b"))
     c = asyncio.create_task(n.wait("q2", 5.0, 1, offer="claim-c"))
@@ -185,7 +185,7 @@ async def test_waiting_lists_the_claims_nothing_woke_or_took_per_queue() -> None
 
 
 async def test_a_poll_verdict_of_idle_holds_for_its_namespace_until_a_notification() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     n.found_idle("q", "ns", 100.0)
     soon = 100.0 + n.idle_for_s / 2
     assert n.idle("q", "ns", soon)
@@ -196,7 +196,7 @@ async def test_a_poll_verdict_of_idle_holds_for_its_namespace_until_a_notificati
 
 
 async def test_a_notification_during_the_poll_read_keeps_the_verdict_from_being_taken() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     read_at = time.monotonic()
     n.notify("q", 1)  # committed work the read may not have seen
     n.found_idle("q", "ns", read_at)
@@ -206,7 +206,7 @@ async def test_a_notification_during_the_poll_read_keeps_the_verdict_from_being_
 
 
 async def test_old_verdicts_and_notification_times_are_forgotten() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     n.found_idle("q1", "ns", 10.0)
     n.found_idle("q2", "ns", 20.0)
     n.forget_before(15.0)
@@ -215,7 +215,7 @@ async def test_old_verdicts_and_notification_times_are_forgotten() -> None:
 
 
 async def test_only_this_node_s_own_work_counts_as_notified_since_a_poll() -> None:
-    n = Notifier()
+    n = Notifier(0.025)
     before = time.monotonic()
     n.notify("q", 1, polled=True)  # found by the poll: not this node's own commit
     assert not n.notified_since("q", before)

@@ -135,8 +135,9 @@ class Node:
 
     @classmethod
     def create(cls, settings: Settings, db: Database) -> Node:
-        wakeups = Wakeups()
-        return cls(settings, db, wakeups, WorkerHub(db, settings.node_id, wakeups, settings.claim_poll_seconds()))
+        poll_interval = settings.claim_poll_seconds()
+        wakeups = Wakeups(poll_interval)
+        return cls(settings, db, wakeups, WorkerHub(db, settings.node_id, wakeups, poll_interval))
 
     async def schema_is_current(self) -> bool:
         """Checked at most every few seconds: readiness probes must stay cheap."""

@@ -33,9 +33,10 @@ class Waiter:
 HANDOFF_GAP_S = 0.010
 
 
-# A poll's verdict that a queue has nothing to lease holds this long by default (more than the
-# node's poll interval, so that a queue polled on time never goes without one: `WorkerHub` sets it).
-IDLE_FOR_S = 0.05
+def idle_verdict_s(poll_interval: float) -> float:
+    """How long a poll's verdict that a queue has nothing to lease holds: two poll intervals, so
+    that a queue polled on time never goes without one, late as the next poll may start."""
+    return 2 * poll_interval
 
 # What `Notifier.wait` returns when its time is over before anything woke it.
 TIMED_OUT: Any = object()
@@ -59,7 +60,8 @@ class Notifier:
     itself (`serve`): the tasks reach the workers without a claim transaction of their own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, poll_interval: float) -> None:
+        """`poll_interval`: seconds between the node's polls of its waiting claims (`WorkerHub`)."""
         self._waiters: dict[str, deque[Waiter]] = {}
         self._missed: set[str] = set()
         # Queues long-polled now by claims on this node, and how many: only their missed
@@ -72,7 +74,7 @@ class Notifier:
         # namespace (`idle`); and when each queue was last notified, which ends such a verdict.
         self._idle: dict[str, tuple[float, str]] = {}
         self._notified_at: dict[str, float] = {}
-        self.idle_for_s = IDLE_FOR_S
+        self.idle_for_s = idle_verdict_s(poll_interval)
 
     def sparse(self, queue_id: str, now: float) -> bool:
         """A submit of `queue_id` arrives at `now` (monotonic): True when the queue is polled here
@@ -211,8 +213,8 @@ class Notifier:
 class Wakeups:
     """The node's wake-up points: claims per queue, and the loop that delivers pushes."""
 
-    def __init__(self) -> None:
-        self.claims = Notifier()
+    def __init__(self, poll_interval: float) -> None:
+        self.claims = Notifier(poll_interval)
         self.pushes = asyncio.Event()
 
     def work_in(self, queue_id: str, count: int | None = None) -> None:

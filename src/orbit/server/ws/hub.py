@@ -44,8 +44,6 @@ class WorkerHub:
         self.instance_id = f"{node_id[:40]}:{new_id()[:12]}"
         self.sessions: dict[str, WorkerSession] = {}
         self.notifier = wakeups.claims
-        # A poll's verdict that a queue is idle outlives the next poll, late as it may start.
-        self.notifier.idle_for_s = 2 * poll_interval
         self._poll_began = float("-inf")  # when the latest poll began (monotonic)
         self.draining = False
         self.drain_deadline_ms = 0
