@@ -8,7 +8,9 @@ need from it.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from .batching import KeyedBatcher
 from .config import Settings
@@ -22,8 +24,10 @@ from .services.events import Sequencer
 from .services.auth import TokenCache
 from .store import migrate
 from .store.db import Database
-from .wakeups import Wakeups
+from .wakeups import Waiter, Wakeups
 from .ws.hub import WorkerHub
+
+R = TypeVar("R")
 
 SCHEMA_CHECK_SECONDS = 5.0
 WAITING_PER_SLOT = 4
@@ -82,18 +86,8 @@ class Node:
         sparse = claims.sparse(queue_id, time.monotonic())
         lone = len(group) == 1 and not self.submits.waiting(group[0].group)
         taken = claims.take(queue_id, 1) if sparse and lone else []
-        try:
-            admissions, served = await task_service.submit_group(self.db, group, [w.offer for w in taken])
-        except BaseException:
-            claims.serve(taken, None)
-            raise
-        claims.serve(taken, served)
-        new = sum(1 for a in admissions if a.new)
-        if served is not None:
-            new -= sum(len(r["tasks"]) for r in served if isinstance(r, dict))
-        if new > 0:
-            claims.notify(queue_id, new)
-        return admissions
+        return await self._serving(queue_id, taken, lambda offers: task_service.submit_group(self.db, group, offers),
+                                   lambda admissions: sum(1 for a in admissions if a.new))
 
     async def submit_batch(self, principal: Principal, queue_id: str, scope: IdempotencyScope,
                            commands: list[task_service.SubmitCommand]) -> Outcome:
@@ -101,21 +95,32 @@ class Node:
         the batch's size (their tasks are leased as they commit); then as many other waiting
         claims are woken as tasks are left. A batch is many tasks at once, so a claim it serves
         takes several in one transaction, as a claim woken after it would."""
+        taken = self.wakeups.claims.take(queue_id, len(commands))
+        return await self._serving(
+            queue_id, taken,
+            lambda offers: task_service.submit_batch(self.db, principal, queue_id, scope, commands, offers),
+            task_service.new_tasks)
+
+    async def _serving(self, queue_id: str, taken: list[Waiter],
+                       write: Callable[[list[Any]], Awaitable[tuple[R, list[Any] | None]]],
+                       created: Callable[[R], int]) -> R:
+        """Run a submit's transaction `write` with the commands of the waiting claims `taken` for it;
+        answer those claims with its replies (or let them claim again when it served none or
+        failed), then wake as many other waiting claims as it `created` tasks that no served claim
+        took."""
         claims = self.wakeups.claims
-        taken = claims.take(queue_id, len(commands))
         try:
-            outcome, served = await task_service.submit_batch(self.db, principal, queue_id, scope, commands,
-                                                              [w.offer for w in taken])
+            result, served = await write([w.offer for w in taken])
         except BaseException:
             claims.serve(taken, None)
             raise
         claims.serve(taken, served)
-        new = task_service.new_tasks(outcome)
+        new = created(result)
         if served is not None:
             new -= sum(len(r["tasks"]) for r in served if isinstance(r, dict))
         if new > 0:
             claims.notify(queue_id, new)
-        return outcome
+        return result
 
     def _claimable(self, claimable: dict[str, int]) -> None:
         for queue_id, n in claimable.items():
