@@ -2,6 +2,7 @@
 (no claim transaction of its own), with every guarantee a claim has: limits, replay, counters."""
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -99,6 +100,36 @@ async def test_a_claim_served_within_the_limits_only_takes_what_fits(tenant, bas
         await w.call("complete", lease_id=running["lease_id"], outcome="succeeded", result=None)
         got = await asyncio.wait_for(claim, 5)
         assert [t["task_id"] for t in got["tasks"]] == [second_id]
+
+
+@pytest.mark.parametrize("priority", [0, 9])
+async def test_a_submit_serves_its_waiting_claim_in_dispatch_order(tenant, base, no_polling, priority):
+    """A task already due but not claimed yet (it fell due while the claim waited; no poll here)
+    goes before the submitted one at the same priority, after it at a lower one: the claim's
+    reads travel with the submit's first round trip and the new task joins them."""
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        claim = asyncio.create_task(w.call("claim", id="c-1", queue_id=q["id"], max_tasks=1, wait_ms=5000))
+        await asyncio.sleep(0.3)
+        soon = (datetime.now(UTC) + timedelta(seconds=0.4)).isoformat()
+        r = await http.post(f"/v1/queues/{q['id']}/tasks", json={"payload": {"n": 0}, "available_at": soon},
+                            headers=tenant.headers(None, tenant.key()))
+        assert r.status_code == 201, r.text
+        early_id = r.json()["data"]["task"]["id"]
+        await asyncio.sleep(0.8)
+        assert not claim.done()  # due now, but nothing woke the claim
+        r = await http.post(f"/v1/queues/{q['id']}/tasks", json={"payload": {"n": 1}, "priority": priority},
+                            headers=tenant.headers(None, tenant.key()))
+        assert r.status_code == 201, r.text
+        new_id = r.json()["data"]["task"]["id"]
+        (leased,) = (await asyncio.wait_for(claim, 5))["tasks"]
+        assert leased["task_id"] == (new_id if priority > 0 else early_id)
+        (new_row,) = await _rows(tenant, tasks, tasks.c.id, new_id)
+        (lease_row,) = await _rows(tenant, leases, leases.c.id, leased["lease_id"])
+        assert lease_row["leased_at"] == new_row["created_at"]  # in the submit's transaction
+        rest = await w.call("claim", queue_id=q["id"], max_tasks=5)
+        assert [t["task_id"] for t in rest["tasks"]] == [early_id if priority > 0 else new_id]
 
 
 async def test_several_waiting_claims_share_a_burst_in_one_transaction(tenant, base):

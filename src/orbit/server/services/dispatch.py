@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,7 +42,7 @@ from ..store.queries import usage as usage_q
 from ..store.queries.bulk import update_many
 from ..store.queries.tasks import ALL_LEVELS
 from ..store.queries.usage import APPLICATION, QUEUE, UsageChanges
-from ..store.tx import Stmt, Tx
+from ..store.tx import ReadAhead, Stmt, Tx
 from . import metrics
 from .auth import Principal
 from .outbox import Event, emit_many
@@ -151,42 +151,68 @@ async def claim_many(db: Database, commands: list[ClaimCommand]) -> list[Result]
     return await db.lock_last(lambda tx, optimistic: claim_within(tx, commands, optimistic=optimistic))
 
 
-async def claim_within(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[Result]:
+class ClaimReads:
+    """A group of claims and its first round trip's reads, built before they run: a submit that
+    serves the claims sends those reads with its own (`read_claims_ahead`)."""
+
+    def __init__(self, commands: list[ClaimCommand], *, optimistic: bool) -> None:
+        self.commands: list[ClaimCommand] = []  # one per (credential, message id): a resent claim is served once
+        slot: dict[tuple[str, str], int] = {}
+        self.served: list[int] = []  # per command given, its reply's index
+        for c in commands:
+            key = (c.who.principal.credential_id, c.msg_id)
+            if key not in slot:
+                slot[key] = len(self.commands)
+                self.commands.append(c)
+            self.served.append(slot[key])
+        self.keys = [(c.who.principal.credential_id, c.msg_id) for c in self.commands]
+        self.by_queue: dict[str, list[int]] = {}
+        for i, c in enumerate(self.commands):
+            self.by_queue.setdefault(c.queue_id, []).append(i)
+        self.queue_ids = sorted(self.by_queue)
+        app_ids = sorted({c.who.principal.application_id for c in self.commands})
+        self.reads = [claim_q.receipts(self.keys), queue_q.controls(self.queue_ids)]
+        # The levels each queue's first read covers: another claim of this node may change
+        # `_levels_seen` before this one reads the levels it missed.
+        self.read_levels = {qid: _levels_seen.get(qid, ALL_LEVELS) for qid in self.queue_ids}
+        self.optimistic = optimistic
+        if optimistic:
+            # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as
+            # its claims could take in the same round trip; the grants then decide how many are used.
+            self.reads += [usage_q.queue_rows(self.queue_ids, clock=True), usage_q.application_rows(app_ids),
+                           key_q.nodes(self.queue_ids)]
+            self.reads += [task_q.claimable(qid, _wanted(self.commands, self.by_queue[qid]),
+                                            levels=self.read_levels[qid], skip_locked=True)
+                           for qid in self.queue_ids]
+        self.ahead: ReadAhead | None = None
+
+
+def read_claims_ahead(tx: Tx, commands: list[ClaimCommand]) -> ClaimReads:
+    """Queue the first reads of optimistic claims to travel with `tx`'s next round trip; serve
+    them later with `claim_within(..., reads=...)`. Tasks that the transaction writes after that
+    round trip are not in those reads: pass them as `arrived`."""
+    reads = ClaimReads(commands, optimistic=True)
+    reads.ahead = tx.read_ahead(reads.reads)
+    return reads
+
+
+async def claim_within(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool, reads: ClaimReads | None = None,
+                       arrived: Sequence[dict[str, Any]] = ()) -> list[Result]:
     """`claim_many`'s work in the caller's transaction (a submit's serves the claims waiting for
-    its tasks; see `tasks.submit_group`): the same locks, in the same order, after the caller's."""
-    unique: list[ClaimCommand] = []
-    slot: dict[tuple[str, str], int] = {}
-    served = []
-    for c in commands:
-        key = (c.who.principal.credential_id, c.msg_id)
-        if key not in slot:
-            slot[key] = len(unique)
-            unique.append(c)
-        served.append(slot[key])
-    replies = await _claim_body(tx, unique, optimistic=optimistic)
-    return [replies[i] for i in served]
+    its tasks; see `tasks.submit_group`): the same locks, in the same order, after the caller's.
+    `reads`: the claims' first reads, queued earlier (`read_claims_ahead`), used when the plan is
+    still optimistic; `arrived`: rows (`task_q.claim_row`) of due tasks written after those reads."""
+    if reads is None or reads.optimistic != optimistic:
+        reads = ClaimReads(commands, optimistic=optimistic)
+    replies = await _claim_body(tx, reads, arrived)
+    return [replies[i] for i in reads.served]
 
 
-async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool) -> list[Result]:
+async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]]) -> list[Result]:
+    commands, keys, by_queue, queue_ids, read_levels = r.commands, r.keys, r.by_queue, r.queue_ids, r.read_levels
+    optimistic = r.optimistic
     replies: list[Result | None] = [None] * len(commands)
-    keys = [(c.who.principal.credential_id, c.msg_id) for c in commands]
-    by_queue: dict[str, list[int]] = {}
-    for i, c in enumerate(commands):
-        by_queue.setdefault(c.queue_id, []).append(i)
-    queue_ids = sorted(by_queue)
-    app_ids = sorted({c.who.principal.application_id for c in commands})
-    reads = [claim_q.receipts(keys), queue_q.controls(queue_ids)]
-    # The levels each queue's first read covers: another claim of this node may change
-    # `_levels_seen` before this one reads the levels it missed.
-    read_levels = {qid: _levels_seen.get(qid, ALL_LEVELS) for qid in queue_ids}
-    if optimistic:
-        # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as its
-        # claims could take in the same round trip; the grants then decide how many are used.
-        reads += [usage_q.queue_rows(queue_ids, clock=True), usage_q.application_rows(app_ids),
-                  key_q.nodes(queue_ids)]
-        reads += [task_q.claimable(qid, _wanted(commands, by_queue[qid]), levels=read_levels[qid],
-                                   skip_locked=True) for qid in queue_ids]
-    prior, control_rows, *rest = await tx.rows_multi(reads)
+    prior, control_rows, *rest = await (tx.rows_ahead(r.ahead) if r.ahead is not None else tx.rows_multi(r.reads))
     notes: list[Stmt] = []
     controls = {r["id"]: r for r in control_rows}
     stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
@@ -213,6 +239,9 @@ async def _claim_body(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool)
         app_snapshots = {r["application_id"]: r for r in rest[1]}
         nodes = _nodes_by_queue(rest[2])
         picks = dict(zip(queue_ids, rest[3:]))
+        for row in arrived:
+            if row["queue_id"] in picks:
+                picks[row["queue_id"]] = [*picks[row["queue_id"]], row]
         tx.adopt_clock(snapshots[next(iter(live))])
         now = await tx.now()
         for qid in live:

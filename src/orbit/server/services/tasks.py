@@ -47,7 +47,7 @@ from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
 from . import metrics
 from .auth import Principal
-from .dispatch import ClaimCommand, claim_within
+from .dispatch import ClaimCommand, claim_within, read_claims_ahead
 from .idempotency import IdempotencyScope, Outcome, WriteRequest, insert_records, request_digest
 from .outbox import emit_many, write_audit
 
@@ -199,6 +199,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
 class Admission:
     outcome: Outcome | None = None
     error: DomainError | None = None
+    row: dict[str, Any] | None = field(default=None, repr=False)  # a new task's stored row
 
     @property
     def new(self) -> bool:
@@ -392,7 +393,7 @@ async def admit(
         if accepted:
             await _insert_accepted(tx, principal, accepted, now)
     for c in accepted:
-        results[c.index] = Admission(outcome=Outcome(False, {"task": c.task}, c.row["id"]))
+        results[c.index] = Admission(outcome=Outcome(False, {"task": c.task}, c.row["id"]), row=c.row)
 
     # Later items reusing a candidate's key replay (or conflict with) it. A candidate refused as
     # QUEUE_FULL/APPLICATION_FULL left no record, and any later new item is refused the same way.
@@ -510,11 +511,14 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     recheck = [None if q.verified else q.principal.credential_id for q in group]
 
     async def body(tx: Tx, optimistic: bool) -> tuple[list[Admission], list[Any] | None]:
+        # The claims' reads travel with the submit's own: one round trip less before the COMMIT.
+        reads = read_claims_ahead(tx, list(claims)) if claims and optimistic else None
         admissions = await admit(tx, first.principal, first.queue_id, commands, optimistic=optimistic,
                                  recheck=recheck if any(recheck) else None)
         if not claims or not any(a.new for a in admissions):
             return admissions, None
-        return admissions, await claim_within(tx, list(claims), optimistic=optimistic)
+        return admissions, await claim_within(tx, list(claims), optimistic=optimistic, reads=reads,
+                                              arrived=await _arrived(tx, admissions))
 
     try:
         admissions, served = await db.lock_last(body)
@@ -524,6 +528,13 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     metrics.submitted(sum(1 for a in admissions if a.new),
                       [a.error.code for a in admissions if a.error is not None])
     return admissions, served
+
+
+async def _arrived(tx: Tx, admissions: list[Admission]) -> list[dict[str, Any]]:
+    """The new tasks a claim may take at once, as its read of due tasks would show them."""
+    now = await tx.now()
+    rows = (task_q.claim_row(a.row, now) for a in admissions if a.new and a.row is not None)
+    return [r for r in rows if r is not None]
 
 
 def _item_json(a: Admission) -> dict[str, Any]:
@@ -549,6 +560,7 @@ async def submit_batch(
     from .idempotency import lookup, record_new
 
     async def body(tx: Tx, optimistic: bool) -> tuple[Outcome, list[Any] | None]:
+        reads = read_claims_ahead(tx, list(claims)) if claims and optimistic else None
         previous = await lookup(tx, scope)
         if previous is not None:
             replay = await _replay_batch(tx, scope, previous)
@@ -564,7 +576,8 @@ async def submit_batch(
         await record_new(tx, scope, {"results": stored}, queue_id)
         served = None
         if claims and any(a.new for a in results):
-            served = await claim_within(tx, list(claims), optimistic=optimistic)
+            served = await claim_within(tx, list(claims), optimistic=optimistic, reads=reads,
+                                        arrived=await _arrived(tx, results))
         return Outcome(False, {"results": items}, queue_id), served
 
     outcome, served = await db.lock_last(body)

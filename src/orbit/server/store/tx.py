@@ -98,6 +98,17 @@ def _sqlite_rows(names: list[str], raw: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
+class ReadAhead:
+    """Reads queued by `Tx.read_ahead`: their rows once the round trip that carried them is back."""
+
+    __slots__ = ("results", "stmts", "texts")
+
+    def __init__(self, stmts: list[Stmt]) -> None:
+        self.stmts = stmts
+        self.texts: list[str] = []
+        self.results: list[list[dict[str, Any]]] | None = None
+
+
 class Tx:
     """An open transaction (or, for reads, an autocommit connection).
 
@@ -129,6 +140,8 @@ class Tx:
         self.events_written: set[str] = set()
         # Reads that travel with the COMMIT, after every deferred write, and what takes their rows.
         self._at_commit: list[tuple[list[str], Callable[[list[list[dict[str, Any]]]], None]]] = []
+        # Reads that travel with the next round trip, after its own statements (`read_ahead`).
+        self._ahead: list[ReadAhead] = []
 
     # ---------------------------------------------------------------- clock
 
@@ -211,6 +224,11 @@ class Tx:
             await self._run_mysql([])  # the deferred writes first, in a round trip of their own
         d = await self._driver_conn()
         skip = len(self._deferred)
+        # Reads ahead never ride with the COMMIT: they belong to the transaction.
+        riding = self._ahead if not statements or statements[-1] != "COMMIT" else []
+        if riding:
+            self._ahead = []
+            statements = [*statements, *(t for a in riding for t in a.texts)]
         text = ";\n".join([*self._deferred, *statements])
         self._deferred = []
         self._deferred_bytes = 0
@@ -233,6 +251,9 @@ class Tx:
             status = getattr(cur._result, "server_status", None)
             if status is not None:
                 d.server_status = status
+        for a in reversed(riding):
+            a.results = [rows for _, rows in out[len(out) - len(a.texts):]]
+            del out[len(out) - len(a.texts):]
         return out
 
     async def _one_statement(self, stmt: Stmt) -> tuple[int, list[dict[str, Any]]]:
@@ -272,6 +293,24 @@ class Tx:
         if self._multi:
             return [rows for _, rows in await self._run_mysql([self._mogrify(s) for s in stmts])]
         return [await self.rows(s) for s in stmts]
+
+    def read_ahead(self, stmts: Sequence[Stmt]) -> ReadAhead:
+        """Reads whose rows this transaction wants later: on a multi-statement connection they
+        travel with its next round trip (after that trip's own statements), so that a later step
+        costs no round trip of its own; elsewhere they run when asked for (`rows_ahead`)."""
+        ahead = ReadAhead(list(stmts))
+        if self._multi:
+            ahead.texts = [self._mogrify(s) for s in ahead.stmts]
+            self._ahead.append(ahead)
+        return ahead
+
+    async def rows_ahead(self, ahead: ReadAhead) -> list[list[dict[str, Any]]]:
+        """The rows of reads queued by `read_ahead`, read now if no round trip carried them yet."""
+        if ahead.results is None:
+            if ahead in self._ahead:
+                self._ahead.remove(ahead)
+            ahead.results = await self.rows_multi(ahead.stmts)
+        return ahead.results
 
     async def counts(self, stmts: Sequence[Stmt]) -> list[int]:
         """Several writes in one round trip where the connection allows it; their row counts.

@@ -115,6 +115,17 @@ _DISPATCH_COLS = ("id, namespace_id, application_id, queue_id, state, priority, 
 
 _CLAIM_COLS = ("id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
                "resource_key_ids, available_at, start_deadline_at, deadline_at, traceparent")
+
+
+def claim_row(task: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    """What `claimable` would read of a task this transaction wrote (its full row), or None when
+    it would not read it at `now`: not waiting, parked on a resource key, or not due yet."""
+    if task["state"] != "WAITING" or task["parked_on"] is not None or task["available_at"] > now:
+        return None
+    return {name: task[name] for name in _CLAIM_NAMES}
+
+
+_CLAIM_NAMES = tuple(name.strip() for name in _CLAIM_COLS.split(","))
 ALL_LEVELS = (1 << 10) - 1
 
 
