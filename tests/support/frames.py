@@ -17,3 +17,20 @@ def parse_client_frame(data: bytes) -> Frame:
     except StopIteration as done:
         return done.value
     raise AssertionError("incomplete frame")
+
+
+def parse_client_frames(data: bytes) -> list[Frame]:
+    """Every masked frame in `data`, in order."""
+    reader = StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    frames = []
+    while reader.buffer:
+        parser = Frame.parse(reader.read_exact, mask=True)
+        try:
+            next(parser)
+        except StopIteration as done:
+            frames.append(done.value)
+        else:
+            raise AssertionError("incomplete frame")
+    return frames

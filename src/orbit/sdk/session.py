@@ -161,18 +161,74 @@ def _text_frame(payload: bytes) -> bytes:
     return head + mask + apply_mask(payload, mask)
 
 
+def _at_frame_boundary(protocol: Any) -> bool:
+    """Whether websockets' parser holds no byte and waits for a frame's first one. It is known
+    from where the parser's generator rests: in the stream's end-of-data check between frames
+    (`StreamReader.at_eof`). Should the library be built otherwise, the answer is no."""
+    if protocol.reader.buffer:
+        return False
+    g = getattr(protocol, "parser", None)
+    while g is not None and getattr(g, "gi_yieldfrom", None) is not None:
+        g = g.gi_yieldfrom
+    return g is not None and getattr(getattr(g, "gi_code", None), "co_name", "") == "at_eof"
+
+
 class _Connection(ClientConnection):
     """websockets' client connection with a worker's two hot paths made direct: a text frame is
     written at once (`send_now`), through a transport that joins what one loop iteration writes
-    into one `send()`; and each whole text message goes to `on_text` as it is parsed, instead of
-    through a queue read by a task. Everything else (handshake, TLS, proxies, pings, close,
-    flow control) is the library's."""
+    into one `send()`; and each whole text message goes to `on_text` as it arrives, instead of
+    through a queue read by a task. Once the session reads its messages that way and the library's
+    parser rests between two frames, the frames are cut here (`data_received`): an unfragmented
+    text frame goes to `on_text`, any other frame, whole, to the library, whose parser thus
+    always starts at a frame's first byte. Everything else (handshake, TLS, proxies, pings,
+    close, flow control) is the library's."""
 
     on_text: Callable[[bytes], None] | None = None
     _parts: list[bytes] | None = None
+    _own: bytearray | None = None  # bytes of frames not whole yet, once frames are cut here
+    _owned = False  # frames were cut here, and no longer are (the connection is closing)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        own = self._own
+        if own is None:
+            super().data_received(data)
+            if (self.on_text is not None and not self._owned and self.response is not None
+                    and self.protocol.state is State.OPEN and _at_frame_boundary(self.protocol)):
+                self._own = bytearray()
+            return
+        own += data
+        pos, end = 0, len(own)
+        while end - pos >= 2:
+            head1, head2 = own[pos], own[pos + 1]
+            size, at = head2 & 0x7F, pos + 2
+            if size == 126:
+                if end - at < 2:
+                    break
+                size, at = int.from_bytes(own[at:at + 2], "big"), at + 2
+            elif size == 127:
+                if end - at < 8:
+                    break
+                size, at = int.from_bytes(own[at:at + 8], "big"), at + 8
+            if head2 & 0x80:
+                at += 4  # a masked frame, which the library refuses
+            stop = at + size
+            if stop > end:
+                break
+            if head1 == 0x81 and not head2 & 0x80 and self._parts is None:  # final text, no extension bit
+                self.on_text(bytes(own[at:stop]))
+            else:
+                super().data_received(bytes(own[pos:stop]))
+                if self.protocol.state is not State.OPEN:
+                    rest = bytes(own[stop:])
+                    self._own, self._owned = None, True
+                    if rest:
+                        super().data_received(rest)
+                    return
+            pos = stop
+        del own[:pos]
 
     def process_event(self, event: Any) -> None:
         if self.on_text is None or self.response is None or not isinstance(event, Frame):
