@@ -175,6 +175,10 @@ def render(data: dict[str, Any], order: list[str]) -> str:
         tg.append(("light load p99 / its own p50", light99 / light, "<= 2", light99 <= 2 * light))
     if light and p50 is not None:
         tg.append(("half load p50 / light load p50", p50 / light, "<= 3", p50 <= 3 * light))
+    # Half of the drain alone asks more than half of what the machine sustains when it must also
+    # accept the tasks (often 80% of it): the same ratio at half of the sustained rate.
+    if light and s50 is not None:
+        tg.append(("  same, half of sustained submit+drain", s50 / light, "<= 3", s50 <= 3 * light))
     if ceiling and drain:
         tg.append(("drain / durable 1-row commit ceiling", drain / ceiling, ">= 0.35", drain / ceiling >= 0.35))
     if batch_ceiling and b is not None:
