@@ -341,4 +341,4 @@ async def test_the_gauges_read_never_reads_finished_tasks(db, tenant, http):
     q = await tenant.create_queue()
     await submit(tenant, q["id"], 1)  # the queue has unfinished work, so it is looked into
     assert await _index_ranges_on_tasks(db, usage_q.live_state_counts()) == {
-        ("ix_tasks_dispatch", ("queue_id", "waiting")), ("ix_tasks_queue_state", ("queue_id", "state"))}
+        ("ix_tasks_dispatch", ("queue_id", "waiting")), ("ix_tasks_queue_group", ("queue_id", "state_group"))}

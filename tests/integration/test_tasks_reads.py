@@ -20,6 +20,7 @@ from .task_helpers import (
     submit,
     tasks_path,
 )
+from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +221,25 @@ async def test_list_default_limit_is_100(tenant):
     assert [t["payload"] for t in page["items"]] == list(range(100, 0, -1))
     rest = ok(await tenant.get(tasks_path(q), params={"cursor": page["next_cursor"]}))
     assert [t["payload"] for t in rest["items"]] == [0] and rest["next_cursor"] is None
+
+
+async def test_list_tells_leased_from_running(tenant, base):
+    """LEASED and RUNNING share one range of the state index: a listing keeps only the state asked for."""
+    q = await tenant.create_queue(max_concurrency=10)
+    ts = [await submit(tenant, q, {"payload": i}) for i in range(3)]
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        first, second = (await w.call("claim", queue_id=q["id"], max_tasks=2))["tasks"]
+        assert (await w.call("start", lease_id=first["lease_id"]))["ok"]
+
+        async def ids(*states: str) -> list[str]:
+            params = [("state", s) for s in states]
+            return [t["id"] for t in ok(await tenant.get(tasks_path(q), params=params))["items"]]
+
+        assert await ids("RUNNING") == [first["task_id"]]
+        assert await ids("LEASED") == [second["task_id"]]
+        assert await ids("LEASED", "RUNNING") == sorted([first["task_id"], second["task_id"]], reverse=True)
+        assert await ids("RUNNING", "WAITING") == sorted([first["task_id"], ts[2]["id"]], reverse=True)
+        done = await w.call("complete", lease_id=first["lease_id"], outcome="succeeded", result=None)
+        assert done["ok"]
+        assert await ids("RUNNING") == [] and await ids("SUCCEEDED") == [first["task_id"]]

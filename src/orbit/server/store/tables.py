@@ -211,8 +211,10 @@ tasks = Table(
     Column("parked_on", Id, nullable=True),
     Column("traceparent", Short, nullable=True),
     Column("waiting", Bool, Computed("state = 'WAITING'"), nullable=True),
+    Column("state_group", Short, Computed("CASE WHEN state IN ('LEASED', 'RUNNING') THEN 'HELD' ELSE state END"),
+           nullable=True),
     Index("ix_tasks_queue_id", "queue_id", "id"),
-    Index("ix_tasks_queue_state", "queue_id", "state", "id"),
+    Index("ix_tasks_queue_group", "queue_id", "state_group", "id"),
     Index("ix_tasks_sweep_at", "sweep_at"),
     Index("ix_tasks_schedule_id", "schedule_id", "id"),
 )

@@ -43,14 +43,20 @@ def for_replay(task_ids: list[str], *, full: bool) -> Stmt:
                 task_ids)
 
 
+def state_group(state: str) -> str:
+    """A state's key in the state index (`tasks.state_group`): LEASED and RUNNING are one group."""
+    return "HELD" if state in ("LEASED", "RUNNING") else state
+
+
 def page(queue_id: str, *, states: Sequence[str], schedule_id: str | None, created_after: datetime | None,
          created_before: datetime | None, before_id: str | None, limit: int) -> Stmt:
     """Up to `limit` tasks of the queue, newest (highest id) first."""
     where = ["queue_id = ?"]
     params: list[Any] = [queue_id]
     if states:
-        where.append(f"state IN ({placeholders(len(states))})")
-        params.extend(states)
+        groups = sorted({state_group(s) for s in states})
+        where.append(f"state_group IN ({placeholders(len(groups))}) AND state IN ({placeholders(len(states))})")
+        params.extend([*groups, *states])
     if schedule_id is not None:
         where.append("schedule_id = ?")
         params.append(schedule_id)

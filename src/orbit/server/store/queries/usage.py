@@ -97,7 +97,7 @@ def waiting_counts(queue_id: str) -> Stmt:
 def held_counts(queue_id: str) -> Stmt:
     """The queue's unfinished tasks past WAITING, per state."""
     return Stmt("SELECT state, COUNT(*) AS n FROM tasks WHERE queue_id = ? "
-                "AND state IN ('LEASED', 'RUNNING', 'NEEDS_REVIEW') GROUP BY state", (queue_id,))
+                "AND state_group IN ('HELD', 'NEEDS_REVIEW') GROUP BY state", (queue_id,))
 
 
 def live_queue_rows() -> Stmt:
@@ -113,10 +113,10 @@ def live_state_counts() -> Stmt:
     """Unfinished tasks per queue and state, with the waiting ones not yet due and when the longest
     waiting due one became due. Only queues whose `unfinished` counter is above zero are looked
     into: the waiting tasks in one range of the dispatch index (which holds `available_at`), the
-    held ones in one range of `ix_tasks_queue_state` per state, so that finished tasks are never
+    held ones in one range of `ix_tasks_queue_group` per state group, so that finished tasks are never
     read (the dispatch index keeps them all in its not-waiting range). The join order is fixed,
     so that neither backend scans an index whole instead."""
-    held = ("(SELECT 'LEASED' AS state UNION ALL SELECT 'RUNNING' UNION ALL SELECT 'NEEDS_REVIEW') s")
+    held = "(SELECT 'HELD' AS state_group UNION ALL SELECT 'NEEDS_REVIEW') s"
     waiting = ("SELECT t.queue_id, 'WAITING' AS state, COUNT(*) AS n, "
                "COALESCE(SUM(CASE WHEN t.available_at > {NOW} THEN 1 ELSE 0 END), 0) AS not_due, "
                "MIN(CASE WHEN t.available_at <= {NOW} THEN t.available_at END) AS due_since_at ")
@@ -124,12 +124,12 @@ def live_state_counts() -> Stmt:
     return Stmt(f"{waiting}FROM queue_usage u STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_dispatch) "
                 "ON t.queue_id = u.queue_id AND t.waiting = 1 WHERE u.unfinished > 0 GROUP BY t.queue_id "
                 f"UNION ALL {others}FROM queue_usage u STRAIGHT_JOIN {held} STRAIGHT_JOIN tasks t "
-                "FORCE INDEX (ix_tasks_queue_state) ON t.queue_id = u.queue_id AND t.state = s.state "
+                "FORCE INDEX (ix_tasks_queue_group) ON t.queue_id = u.queue_id AND t.state_group = s.state_group "
                 "WHERE u.unfinished > 0 GROUP BY t.queue_id, t.state",
                 sqlite=f"{waiting}FROM queue_usage u CROSS JOIN tasks t INDEXED BY ix_tasks_dispatch "
                 "WHERE t.queue_id = u.queue_id AND t.waiting = 1 AND u.unfinished > 0 GROUP BY t.queue_id "
                 f"UNION ALL {others}FROM queue_usage u CROSS JOIN {held} CROSS JOIN tasks t "
-                "INDEXED BY ix_tasks_queue_state WHERE t.queue_id = u.queue_id AND t.state = s.state "
+                "INDEXED BY ix_tasks_queue_group WHERE t.queue_id = u.queue_id AND t.state_group = s.state_group "
                 "AND u.unfinished > 0 GROUP BY t.queue_id, t.state")
 
 
