@@ -239,10 +239,12 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]]) 
         app_snapshots = {r["application_id"]: r for r in rest[1]}
         nodes = _nodes_by_queue(rest[2])
         picks = dict(zip(queue_ids, rest[3:]))
-        for row in arrived:  # read already where the reads ran after the writes (SQLite)
-            got = picks.get(row["queue_id"])
-            if got is not None and all(r["id"] != row["id"] for r in got):
-                picks[row["queue_id"]] = [*got, row]
+        if arrived:
+            read = {r["id"] for rows in picks.values() for r in rows}
+            picks = {qid: list(rows) for qid, rows in picks.items()}
+            for row in arrived:  # read already where the reads ran after the writes (SQLite)
+                if row["queue_id"] in picks and row["id"] not in read:
+                    picks[row["queue_id"]].append(row)
         tx.adopt_clock(snapshots[next(iter(live))])
         now = await tx.now()
         for qid in live:
