@@ -8,7 +8,8 @@ and joined with the database's own times (created_at, leased_at, started_at).
 suite's open loop sends every 20 ms). With `--nodes 2` the submits go to the first node and
 the worker sessions connect to the second, as behind a load balancer.
 
-Prints the p50/p90 of each hop in milliseconds:
+Prints the server's and MariaDB's CPU per task (idle claims polling included), then the p50/p90
+of each hop in milliseconds:
   submit.send -> task.created_at -> submit.reply
   task.created_at -> lease.leased_at -> claim.reply (at the worker)
   start.send -> lease.started_at -> start.reply
@@ -29,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._db import fetch  # noqa: E402
-from bench._harness import environment, percentile  # noqa: E402
+from bench._harness import DrainCpu, environment, percentile  # noqa: E402
 from bench._http import RawPool  # noqa: E402
 from bench._worker import RawSession, run_loop  # noqa: E402
 from bench.suite import create_queue  # noqa: E402
@@ -87,6 +88,7 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
         for tid in ids:
             times.setdefault(tid, {}).update(submit_send=sent, submit_reply=replied)
 
+    cpu = DrainCpu([])  # this process (the client and the worker sessions) is not counted
     t0 = time.perf_counter()
     pending = []
     for i in range(n):
@@ -95,6 +97,7 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
     await asyncio.gather(*pending)
     await asyncio.sleep(1.0)
     stop.set()
+    used = cpu.us_per_task(n * batch)
     await asyncio.gather(*workers, return_exceptions=True)
     await pool.close()
     rows = await fetch(creds["_database_url"],
@@ -118,7 +121,8 @@ async def probe(url: str, creds: dict, rate: float, seconds: float, sessions: in
         hops.setdefault("TOTAL created_at -> started_at", []).append((ts(started) - ts(created)) * 1000)
     handed = sum(1 for _, created, leased, _ in rows if leased == created)
     print(f"{len(rows)} tasks at {rate}/s x {batch} per request, {sessions} sessions; "
-          f"{handed} leased in their submit's transaction")
+          f"{handed} leased in their submit's transaction; CPU per task (us): "
+          + ", ".join(f"{k.removesuffix('_cpu_us_per_task')} {v}" for k, v in used.items()))
     for k, v in hops.items():
         print(f"  {k:40s} p50 {percentile(v, 50):7.2f}  p90 {percentile(v, 90):7.2f}  p99 {percentile(v, 99):7.2f}"
               f"  max {max(v):7.2f} ms")
@@ -130,9 +134,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--batch", type=int, default=1, help="tasks per submit request (a batch submit when > 1)")
+    ap.add_argument("--database-url", help="use this database instead of a fresh MariaDB one")
     ap.add_argument("--nodes", type=int, default=1, help="nodes: submits go to the first, workers to the last")
     a = ap.parse_args()
-    with environment(None, a.nodes) as (urls, creds):
+    with environment(a.database_url, a.nodes) as (urls, creds):
         run_loop(probe(urls[0], creds, a.rate, a.seconds, a.sessions, a.batch, urls[-1]))
 
 

@@ -138,12 +138,14 @@ def main() -> None:
     ap.add_argument("--batch-concurrency", type=int, default=4)
     ap.add_argument("--py-spy", metavar="FILE", help="record a raw py-spy profile of the server during batch submits")
     ap.add_argument("--py-spy-single", metavar="FILE", help="the same during single submits")
+    ap.add_argument("--schema-sql", metavar="SQL", help="run these statements after migrating the fresh database "
+                    "(to measure a schema change before writing its migration)")
     args = ap.parse_args()
     if args.url:
         token = json.loads(args.credentials.read_text())["token"]
         results = asyncio.run(run([args.url], token, args))
     else:
-        with environment(args.database_url) as (urls, creds):
+        with environment(args.database_url, schema_sql=args.schema_sql) as (urls, creds):
             results = asyncio.run(run(urls, creds["token"], args))
     for r in results:
         print(json.dumps(r))

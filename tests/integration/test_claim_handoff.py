@@ -276,3 +276,60 @@ async def test_a_batch_of_known_items_serves_no_claim(tenant, base, no_polling):
         assert _batch_ids(again) == ids
         assert all(i["deduplicated"] for i in again.json()["data"]["results"])
         assert (await asyncio.wait_for(claim, 5))["tasks"] == []
+
+
+@pytest.fixture
+def leased_by_update(monkeypatch):
+    """Ids of the tasks an `UPDATE … SET state = 'LEASED'` took out of WAITING from now on."""
+    from orbit.server.store.queries import tasks as task_q
+
+    ids: list[str] = []
+    original = task_q.mark_leased
+
+    def recorded(task_ids, now, **kw):
+        ids.extend(task_ids)
+        return original(task_ids, now, **kw)
+
+    monkeypatch.setattr(task_q, "mark_leased", recorded)
+    return ids
+
+
+async def test_a_task_leased_by_its_own_submit_is_written_leased(tenant, base, no_polling, leased_by_update):
+    q = await tenant.create_queue(max_concurrency=20, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as a, httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        ca = await _waiting_claim(a, q["id"], "c-a")
+        ids = _batch_ids(await _submit_batch(tenant, http, q["id"], 7))
+        got = await asyncio.wait_for(ca, 5)
+        assert [t["task_id"] for t in got["tasks"]] == ids[:5]
+        # Inserted LEASED, not inserted WAITING and then updated; the two left over stay WAITING.
+        assert leased_by_update == []
+        states = {i: (await _rows(tenant, tasks, tasks.c.id, i))[0]["state"] for i in ids}
+        assert [states[i] for i in ids] == ["LEASED"] * 5 + ["WAITING"] * 2
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 5 and u["unfinished"] == 7
+        rest = await a.call("claim", queue_id=q["id"], max_tasks=20)
+        assert [t["task_id"] for t in rest["tasks"]] == ids[5:]
+        assert leased_by_update == ids[5:]  # a claim of its own leases written tasks with an UPDATE
+        for t in got["tasks"] + rest["tasks"]:
+            assert (await a.call("start", lease_id=t["lease_id"]))["ok"]
+
+
+async def test_a_task_naming_a_resource_key_is_written_before_the_claim_takes_it(tenant, base, no_polling,
+                                                                                 leased_by_update):
+    q = await tenant.create_queue(max_concurrency=20, rate_per_second=100)
+    r = await tenant.http.post("/v1/resource-keys", json={"name": "rk-handoff", "max_concurrency": 5},
+                               headers=tenant.headers(None, tenant.key()))
+    assert r.status_code == 201, r.text
+    async with Worker.connect(base, tenant.token) as a, httpx.AsyncClient(base_url=base) as http:
+        await a.hello(q["id"])
+        ca = await _waiting_claim(a, q["id"], "c-a")
+        r = await http.post(f"/v1/queues/{q['id']}/tasks", json={"payload": {}, "resource_keys": ["rk-handoff"]},
+                            headers=tenant.headers(None, tenant.key()))
+        assert r.status_code == 201, r.text
+        task_id = r.json()["data"]["task"]["id"]
+        got = await asyncio.wait_for(ca, 5)
+        assert [t["task_id"] for t in got["tasks"]] == [task_id]
+        assert leased_by_update == [task_id]
+        (row,) = await _rows(tenant, tasks, tasks.c.id, task_id)
+        assert row["state"] == "LEASED"

@@ -170,17 +170,17 @@ class ClaimReads:
         for i, c in enumerate(self.commands):
             self.by_queue.setdefault(c.queue_id, []).append(i)
         self.queue_ids = sorted(self.by_queue)
-        app_ids = sorted({c.who.principal.application_id for c in self.commands})
-        self.reads = [claim_q.receipts(self.keys), queue_q.controls(self.queue_ids)]
+        self.reads = [claim_q.receipts(self.keys)]
         # The levels each queue's first read covers: another claim of this node may change
         # `_levels_seen` before this one reads the levels it missed.
         self.read_levels = {qid: _levels_seen.get(qid, ALL_LEVELS) for qid in self.queue_ids}
         self.optimistic = optimistic
-        if optimistic:
+        if not optimistic:
+            self.reads.append(queue_q.controls(self.queue_ids))
+        else:
             # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as
             # its claims could take in the same round trip; the grants then decide how many are used.
-            self.reads += [usage_q.queue_rows(self.queue_ids, clock=True), usage_q.application_rows(app_ids),
-                           key_q.nodes(self.queue_ids)]
+            self.reads += [usage_q.with_controls(self.queue_ids, clock=True), key_q.nodes(self.queue_ids)]
             self.reads += [task_q.claimable(qid, _wanted(self.commands, self.by_queue[qid]),
                                             levels=self.read_levels[qid], skip_locked=True)
                            for qid in self.queue_ids]
@@ -197,22 +197,31 @@ def read_claims_ahead(tx: Tx, commands: list[ClaimCommand]) -> ClaimReads:
 
 
 async def claim_within(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool, reads: ClaimReads | None = None,
-                       arrived: Sequence[dict[str, Any]] = ()) -> list[Result]:
+                       arrived: Sequence[dict[str, Any]] = (),
+                       unwritten: dict[str, dict[str, Any]] | None = None) -> list[Result]:
     """`claim_many`'s work in the caller's transaction (a submit's serves the claims waiting for
     its tasks; see `tasks.submit_group`): the same locks, in the same order, after the caller's.
     `reads`: the claims' first reads, queued earlier (`read_claims_ahead`), used when the plan is
-    still optimistic; `arrived`: rows (`task_q.claim_row`) of due tasks written after those reads."""
+    still optimistic; `arrived`: rows (`task_q.claim_row`) of due tasks written after those reads;
+    `unwritten`: by id, stored rows of arrived tasks that the caller writes only after this (an
+    optimistic plan leases them by changing those rows, not with an UPDATE)."""
     if reads is None or reads.optimistic != optimistic:
         reads = ClaimReads(commands, optimistic=optimistic)
-    replies = await _claim_body(tx, reads, arrived)
+    replies = await _claim_body(tx, reads, arrived, unwritten or {})
     return [replies[i] for i in reads.served]
 
 
-async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]]) -> list[Result]:
+async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]],
+                      unwritten: dict[str, dict[str, Any]]) -> list[Result]:
     commands, keys, by_queue, queue_ids, read_levels = r.commands, r.keys, r.by_queue, r.queue_ids, r.read_levels
     optimistic = r.optimistic
     replies: list[Result | None] = [None] * len(commands)
-    prior, control_rows, *rest = await (tx.rows_ahead(r.ahead) if r.ahead is not None else tx.rows_multi(r.reads))
+    prior, *rest = await (tx.rows_ahead(r.ahead) if r.ahead is not None else tx.rows_multi(r.reads))
+    if optimistic:
+        usage_rows, app_rows, control_rows = usage_q.split_with_controls(rest[0])
+        node_rows, *pick_rows = rest[1:]
+    else:
+        (control_rows,) = rest
     notes: list[Stmt] = []
     controls = {r["id"]: r for r in control_rows}
     stored = {(r["credential_id"], r["msg_id"]): r["response"] for r in prior}
@@ -235,10 +244,10 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]]) 
             else:
                 live.setdefault(qid, []).append(i)
     if live and optimistic:
-        snapshots = {r["queue_id"]: r for r in rest[0]}
-        app_snapshots = {r["application_id"]: r for r in rest[1]}
-        nodes = _nodes_by_queue(rest[2])
-        picks = dict(zip(queue_ids, rest[3:]))
+        snapshots = {r["queue_id"]: r for r in usage_rows}
+        app_snapshots = {r["application_id"]: r for r in app_rows}
+        nodes = _nodes_by_queue(node_rows)
+        picks = dict(zip(queue_ids, pick_rows))
         if arrived:
             read = {r["id"] for rows in picks.values() for r in rows}
             picks = {qid: list(rows) for qid, rows in picks.items()}
@@ -260,7 +269,7 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]]) 
         planned = []
         for qid, slots in live.items():
             p = await _plan_grant(tx, qid, commands, slots, replies, controls[qid], snapshots[qid],
-                                  picks[qid], room, rooms, nodes.get(qid, {}), now, notes)
+                                  picks[qid], room, rooms, nodes.get(qid, {}), now, notes, unwritten)
             if p is not None:
                 planned.append(p)
         if planned:
@@ -484,7 +493,7 @@ class _PlannedGrant:
 async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], slots: list[int], replies: list[Any],
                       q: dict[str, Any], usage: dict[str, Any], picked: list[dict[str, Any]],
                       room: dict[str, int], rooms: dict[str, KeyRoom], nodes: dict[str, dict[str, Any]],
-                      now: datetime, notes: list[Stmt]) -> _PlannedGrant | None:
+                      now: datetime, notes: list[Stmt], unwritten: dict[str, dict[str, Any]]) -> _PlannedGrant | None:
     """Lease the due tasks `picked` (locked with SKIP LOCKED) to the claims within the room an
     unlocked usage read shows in the queue, what is left of its application's `room`, the keys'
     `rooms` and each node's fair share; the writes wait to travel with the round trip that
@@ -502,7 +511,9 @@ async def _plan_grant(tx: Tx, queue_id: str, commands: list[ClaimCommand], slots
     room[aid] -= len(candidates)
     changes = UsageChanges()
     if candidates:
-        await tx.defer(task_q.mark_leased([t["id"] for t in candidates], now))
+        written = [t["id"] for t in candidates if not task_q.lease_unwritten(unwritten.get(t["id"]), now)]
+        if written:
+            await tx.defer(task_q.mark_leased(written, now))
         changes = await _write_leases(tx, queue_id, mine, caps, slots, replies, candidates, now,
                                       defer_receipts=True)
     key_leases: dict[str, int] = {}
@@ -1022,16 +1033,19 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
 async def _start_body(tx: Tx, commands: list[StartCommand], tallies: metrics.Tallies, *,
                       optimistic: bool) -> list[Result]:
     def queue_reads(queue_ids: list[str]) -> list[Stmt]:
-        lock = not optimistic
-        return [usage_q.queue_rows(queue_ids, lock=lock), usage_q.application_rows_of_queues(queue_ids, lock=lock),
+        if optimistic:
+            return [usage_q.with_controls(queue_ids)]
+        return [usage_q.queue_rows(queue_ids, lock=True), usage_q.application_rows_of_queues(queue_ids, lock=True),
                 queue_q.controls(queue_ids)]
 
     locked = await _lock_for_leases(tx, [c.lease_id for c in commands], queue_reads, _located(commands))
     windows: dict[Window, RateWindow] = {}
     controls: dict[str, Any] = {}
     if locked.also:
-        windows = _windows(locked.also[0], locked.also[1])
-        controls = {r["id"]: r for r in locked.also[2]}
+        usage_rows, app_rows, control_rows = (usage_q.split_with_controls(locked.also[0]) if optimistic
+                                              else locked.also)
+        windows = _windows(usage_rows, app_rows)
+        controls = {r["id"]: r for r in control_rows}
     rates = _rates(controls)
     # Locked first, the clock must be read after the lock; planning on a snapshot, the first read's clock will do.
     now = await (tx.now() if optimistic else tx.refresh_now())

@@ -47,7 +47,7 @@ from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
 from . import metrics
 from .auth import Principal
-from .dispatch import ClaimCommand, claim_within, read_claims_ahead
+from .dispatch import ClaimCommand, ClaimReads, claim_within, read_claims_ahead
 from .idempotency import IdempotencyScope, Outcome, WriteRequest, insert_records, request_digest
 from .outbox import emit_many, write_audit
 
@@ -323,7 +323,7 @@ class _Candidate:
 
 async def admit(
     tx: Tx, principal: Principal, queue_id: str, commands: list[SubmitCommand], *, optimistic: bool = True,
-    recheck: list[str | None] | None = None,
+    recheck: list[str | None] | None = None, hold: list[dict[str, Any]] | None = None,
 ) -> list[Admission]:
     """Admit tasks in order in the caller's transaction: replays first, then the backlog limits.
 
@@ -332,7 +332,8 @@ async def admit(
     locked only until the commit; when they do not all fit it raises `PlanNoLongerHolds`
     (see `Database.lock_last`), except for a lone command, which is refused outright.
     `recheck` names, per command, a credential whose revocation must be checked here (None: the
-    request was authenticated against the database already).
+    request was authenticated against the database already). `hold`: see `_insert_accepted`
+    (optimistic admissions only).
     """
     alone = len(commands) == 1
     rechecked = [c for c in recheck or () if c is not None]
@@ -383,7 +384,7 @@ async def admit(
         raise PlanNoLongerHolds()  # some will be refused: decide which under the lock
     if optimistic and candidates:
         accepted = candidates
-        await _insert_accepted(tx, principal, accepted, now)
+        await _insert_accepted(tx, principal, accepted, now, hold)
         await _take_slots(tx, principal, queue_id, len(accepted), _levels(accepted), alone=alone)
         references = UsageChanges()
         _count_references(references, accepted)
@@ -468,16 +469,21 @@ def _count_references(usage: UsageChanges, accepted: list[_Candidate]) -> None:
         usage.count_keys(task_q.resource_key_ids(c.row), unfinished=1)
 
 
-async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candidate], now: datetime) -> None:
+async def _insert_accepted(tx: Tx, principal: Principal, accepted: list[_Candidate], now: datetime,
+                           hold: list[dict[str, Any]] | None = None) -> None:
     """Tasks, their receipts and `task.submitted` events, one statement each.
-    Sets each candidate's task object."""
+    Sets each candidate's task object. With `hold`, the task rows go there for the caller to write
+    later (`_serve_claims`), unless one names resource keys (a claim may park it, with an UPDATE)."""
     records = []
     for c in accepted:
         c.task = task_json(c.row, payload=orjson.Fragment(c.row["payload"]))
         records.append((principal.namespace_id, OP_SUBMIT, c.cmd.key, c.cmd.digest, c.row["id"],
                         _submit_receipt(c.row), now))
     await insert_records(tx, records)
-    await task_q.insert(tx, [c.row for c in accepted])
+    if hold is not None and not any(c.row["resource_key_ids"] for c in accepted):
+        hold.extend(c.row for c in accepted)
+    else:
+        await task_q.insert(tx, [c.row for c in accepted])
     await emit_many(tx, [_event(c.row, "task.submitted", priority=c.row["priority"]) for c in accepted])
 
 
@@ -513,12 +519,10 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     async def body(tx: Tx, optimistic: bool) -> tuple[list[Admission], list[Any] | None]:
         # The claims' reads travel with the submit's own: one round trip less before the COMMIT.
         reads = read_claims_ahead(tx, list(claims)) if claims and optimistic else None
+        held: list[dict[str, Any]] = []
         admissions = await admit(tx, first.principal, first.queue_id, commands, optimistic=optimistic,
-                                 recheck=recheck if any(recheck) else None)
-        if not claims or not any(a.new for a in admissions):
-            return admissions, None
-        return admissions, await claim_within(tx, list(claims), optimistic=optimistic, reads=reads,
-                                              arrived=await _arrived(tx, admissions))
+                                 recheck=recheck if any(recheck) else None, hold=held if reads else None)
+        return admissions, await _serve_claims(tx, claims, reads, admissions, held, optimistic=optimistic)
 
     try:
         admissions, served = await db.lock_last(body)
@@ -528,6 +532,20 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     metrics.submitted(sum(1 for a in admissions if a.new),
                       [a.error.code for a in admissions if a.error is not None])
     return admissions, served
+
+
+async def _serve_claims(tx: Tx, claims: Sequence[ClaimCommand], reads: ClaimReads | None,
+                        admissions: list[Admission], held: list[dict[str, Any]], *,
+                        optimistic: bool) -> list[Any] | None:
+    """Serve the waiting `claims` once a task was admitted, then write the task rows `admit` held
+    back for them: a task leased here is inserted LEASED rather than inserted and then updated.
+    The claims' replies, or None when they were not served."""
+    served = None
+    if claims and any(a.new for a in admissions):
+        served = await claim_within(tx, list(claims), optimistic=optimistic, reads=reads,
+                                    arrived=await _arrived(tx, admissions), unwritten={r["id"]: r for r in held})
+    await task_q.insert(tx, held)
+    return served
 
 
 async def _arrived(tx: Tx, admissions: list[Admission]) -> list[dict[str, Any]]:
@@ -569,15 +587,13 @@ async def submit_batch(
             # Its item receipts were pruned, so the batch record (written with them) is past
             # its retention too: the batch runs as new, as each of its items would alone.
             await tx.defer(idem_q.delete(scope.namespace_id, scope.operation, scope.key))
-        results = await admit(tx, principal, queue_id, commands, optimistic=optimistic)
+        held: list[dict[str, Any]] = []
+        results = await admit(tx, principal, queue_id, commands, optimistic=optimistic, hold=held if reads else None)
         items = [_item_json(a) for a in results]
         stored = [{"deduplicated": a.outcome.deduplicated, "ref": c.key} if a.outcome is not None else i
                   for a, c, i in zip(results, commands, items)]
         await record_new(tx, scope, {"results": stored}, queue_id)
-        served = None
-        if claims and any(a.new for a in results):
-            served = await claim_within(tx, list(claims), optimistic=optimistic, reads=reads,
-                                        arrived=await _arrived(tx, results))
+        served = await _serve_claims(tx, claims, reads, results, held, optimistic=optimistic)
         return Outcome(False, {"results": items}, queue_id), served
 
     outcome, served = await db.lock_last(body)

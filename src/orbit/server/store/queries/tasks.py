@@ -206,6 +206,16 @@ def mark_leased(task_ids: list[str], now: datetime, *, only_waiting: bool = Fals
                 (now, *task_ids))
 
 
+def lease_unwritten(row: dict[str, Any] | None, now: datetime) -> bool:
+    """Lease a task whose row this transaction has not written yet, as `mark_leased` would once it
+    is: the row is then inserted LEASED, and never enters the dispatch index. False without a row."""
+    if row is None:
+        return False
+    row["state"] = "LEASED"
+    row["updated_at"] = now
+    return True
+
+
 def leased_among(task_ids: list[str]) -> Stmt:
     return Stmt(f"SELECT id FROM tasks WHERE id IN ({placeholders(len(task_ids))}) AND state = 'LEASED'", task_ids)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...core import states
 from ...core.rate_window import RateWindow
+from .. import tables
 from ..dialect import PlanNoLongerHolds
 from ..tx import Stmt, Tx, placeholders
 
@@ -39,6 +40,42 @@ def queue_rows(queue_ids: list[str], *, lock: bool = False, clock: bool = False)
     now = ", {NOW} AS db_now" if clock else ""
     return Stmt(f"SELECT *{now} FROM queue_usage WHERE queue_id IN ({placeholders(len(queue_ids))}) "
                 f"ORDER BY queue_id{'{FOR_UPDATE}' if lock else ''}", queue_ids)
+
+
+_QUEUE_COLUMNS = tuple(c.name for c in tables.queue_usage.columns)
+_APPLICATION_COLUMNS = tuple(c.name for c in tables.application_usage.columns)
+_VIEW_COLUMNS = ", ".join([*(f"u.{c} AS u__{c}" for c in _QUEUE_COLUMNS),
+                           *(f"au.{c} AS au__{c}" for c in _APPLICATION_COLUMNS)])
+
+
+def with_controls(queue_ids: list[str], *, clock: bool = False) -> Stmt:
+    """`queue_rows`, `application_rows_of_queues` and `queues.controls` of these queues in one
+    unlocked read (one statement for three; `split_with_controls` parts the rows again): `clock`
+    adds `db_now` to the queue usage rows."""
+    now = ", {NOW} AS db_now" if clock else ""
+    return Stmt("SELECT q.*, a.id AS application_id, a.paused AS application_paused, "
+                "a.max_concurrency AS application_max_concurrency, "
+                f"a.rate_per_second AS application_rate_per_second, {_VIEW_COLUMNS}{now} FROM queues q "
+                "JOIN namespaces n ON n.id = q.namespace_id JOIN applications a ON a.id = n.application_id "
+                "JOIN queue_usage u ON u.queue_id = q.id JOIN application_usage au ON au.application_id = a.id "
+                f"WHERE q.id IN ({placeholders(len(queue_ids))}) ORDER BY q.id", queue_ids)
+
+
+def split_with_controls(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                               list[dict[str, Any]]]:
+    """The rows of `with_controls` as the three reads it stands for would give them: queue usage
+    rows (queue order, with `db_now` if read), application usage rows (id order, each once), controls."""
+    usage, controls = [], []
+    apps: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        u = {c: r.pop(f"u__{c}") for c in _QUEUE_COLUMNS}
+        a = {c: r.pop(f"au__{c}") for c in _APPLICATION_COLUMNS}
+        if "db_now" in r:
+            u["db_now"] = r.pop("db_now")
+        usage.append(u)
+        apps[a["application_id"]] = a
+        controls.append(r)
+    return usage, [apps[k] for k in sorted(apps)], controls
 
 
 def note_freed(queue_ids: list[str], application_ids: list[str], resource_key_ids: list[str]) -> Stmt:
