@@ -8,8 +8,10 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from orbit.server.store.dialect import MYSQL
 from orbit.server.store.tables import leases, queue_usage, tasks
 
+from .queue_helpers import event_rows
 from .worker_client import Worker
 
 pytestmark = pytest.mark.anyio
@@ -56,6 +58,10 @@ async def test_a_submit_leases_its_task_to_the_claim_waiting_on_its_node(tenant,
         (lease_row,) = await _rows(tenant, leases, leases.c.task_id, task_id)
         # One transaction: the lease carries the submit's database time.
         assert lease_row["leased_at"] == task_row["created_at"] and task_row["state"] == "LEASED"
+        events = await event_rows(tenant.db, task_id)
+        assert [e["type"] for e in events] == ["task.submitted", "task.leased"]
+        if tenant.db.dialect == MYSQL:  # where writes wait for the COMMIT, both share one batch row
+            assert events[0]["batch_id"] == events[1]["batch_id"]
         (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
         assert u["permits_in_use"] == 1 and u["unfinished"] == 1
         again = await w.call("claim", id="c-wait", queue_id=q["id"], max_tasks=5)

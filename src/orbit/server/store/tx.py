@@ -109,6 +109,17 @@ class ReadAhead:
         self.results: list[list[dict[str, Any]]] | None = None
 
 
+class Revisable:
+    """A deferred statement that may still be replaced until its round trip goes (`Tx.revise`)."""
+
+    __slots__ = ("bytes", "index", "round")
+
+    def __init__(self, round_: list[str], index: int, size: int) -> None:
+        self.round = round_  # the deferred list it waits in: a round trip starts a new one
+        self.index = index
+        self.bytes = size
+
+
 class Tx:
     """An open transaction (or, for reads, an autocommit connection).
 
@@ -142,6 +153,9 @@ class Tx:
         self._at_commit: list[tuple[list[str], Callable[[list[list[dict[str, Any]]]], None]]] = []
         # Reads that travel with the next round trip, after its own statements (`read_ahead`).
         self._ahead: list[ReadAhead] = []
+        # The event batch rows this transaction deferred last, while later events may join them
+        # (`queries.events.insert`): one row per namespace and write, however many steps emit.
+        self.open_events: Any = None
 
     # ---------------------------------------------------------------- clock
 
@@ -325,6 +339,30 @@ class Tx:
             await self._defer_text(self._mogrify(stmt))
         else:
             await self.count(stmt)
+
+    async def defer_revisable(self, stmt: Stmt) -> Revisable | None:
+        """`defer`, keeping a handle that replaces the statement while it still waits (`revise`);
+        None where writes do not wait (the statement ran)."""
+        if not self._multi:
+            await self.count(stmt)
+            return None
+        text = self._mogrify(stmt)
+        await self._defer_text(text)
+        return Revisable(self._deferred, len(self._deferred) - 1, text_bytes(text))
+
+    def revise(self, handle: Revisable | None, stmt: Stmt) -> bool:
+        """Put `stmt` in the place of the deferred statement `handle` names, if that one still
+        waits and the round trip keeps within its size; False otherwise (nothing changes)."""
+        if handle is None or handle.round is not self._deferred:
+            return False
+        text = self._mogrify(stmt)
+        n = text_bytes(text)
+        if self._deferred_bytes - handle.bytes + n > ROUND_TRIP_BYTES:
+            return False
+        self._deferred[handle.index] = text
+        self._deferred_bytes += n - handle.bytes
+        handle.bytes = n
+        return True
 
     async def defer_split(self, build: Callable[[Sequence[Any]], Stmt], items: Sequence[Any]) -> None:
         """Defer `build(items)`, cut into statements of at most a round trip each (halving `items`

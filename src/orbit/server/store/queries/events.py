@@ -14,10 +14,9 @@ import orjson
 
 from ...core.ids import new_id
 from ...core.timefmt import format_ts
-from ..tx import Stmt, Tx, placeholders
+from ..tx import Revisable, Stmt, Tx, placeholders
 
-_INSERT_BATCH = Stmt("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at, events) "
-                     "VALUES (?, ?, ?, ?, ?, ?)")
+_INSERT_BATCHES = "INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at, events) VALUES "
 
 
 def body(type_: str, time: datetime, resource_type: str, resource_id: str, data_json: str) -> list[Any]:
@@ -25,17 +24,48 @@ def body(type_: str, time: datetime, resource_type: str, resource_id: str, data_
     return [type_, format_ts(time), resource_type, resource_id, orjson.Fragment(data_json)]
 
 
+class _OpenBatches:
+    """Batches a transaction deferred and may still add to: per namespace, its id and events."""
+
+    __slots__ = ("batches", "created_at", "handle")
+
+    def __init__(self, batches: dict[str, tuple[str, list[list[Any]]]], created_at: datetime,
+                 handle: Revisable | None) -> None:
+        self.batches = batches
+        self.created_at = created_at
+        self.handle = handle
+
+
+def _insert_batches(batches: dict[str, tuple[str, list[list[Any]]]], created_at: datetime) -> Stmt:
+    rows = [(batch_id, ns, None, len(evs), created_at, orjson.dumps(evs).decode())
+            for ns, (batch_id, evs) in batches.items()]
+    return Stmt(_INSERT_BATCHES + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows)), [v for r in rows for v in r])
+
+
+def _add(batches: dict[str, tuple[str, list[list[Any]]]], rows: Sequence[Sequence[Any]]) -> None:
+    for ns, type_, time, rtype, rid, data in rows:
+        if ns not in batches:
+            batches[ns] = (new_id(), [])
+        batches[ns][1].append(body(type_, time, rtype, rid, data))
+
+
 async def insert(tx: Tx, rows: Sequence[Sequence[Any]]) -> None:
     """(namespace id, type, time, resource type, resource id, data JSON) rows, with the next round
     trip: each namespace's events form one batch, numbered by the node's sequencer once the
-    transaction commits (its events take consecutive seqs in the order given)."""
-    by_ns: dict[str, list[list[Any]]] = {}
-    for ns, type_, time, rtype, rid, data in rows:
-        by_ns.setdefault(ns, []).append(body(type_, time, rtype, rid, data))
+    transaction commits (its events take consecutive seqs in the order given). Events that a
+    later step of the transaction gives before that round trip join the same batches."""
     now = rows[0][2]
-    batches = {ns: new_id() for ns in by_ns}
-    await tx.defer_rows(_INSERT_BATCH, [(batches[ns], ns, None, len(evs), now, orjson.dumps(evs).decode())
-                                        for ns, evs in by_ns.items()])
+    opened: _OpenBatches | None = tx.open_events
+    if opened is not None and opened.created_at == now:
+        batches = {ns: (batch_id, list(evs)) for ns, (batch_id, evs) in opened.batches.items()}
+        _add(batches, rows)
+        if tx.revise(opened.handle, _insert_batches(batches, now)):
+            opened.batches = batches
+            tx.events_written.update(batches)
+            return
+    batches = {}
+    _add(batches, rows)
+    tx.open_events = _OpenBatches(batches, now, await tx.defer_revisable(_insert_batches(batches, now)))
     tx.events_written.update(batches)
 
 
