@@ -74,8 +74,11 @@ class WorkerProtocolError(OrbitError):
         self.retry_after_ms = retry_after_ms
 
 
-def reply_result(reply: dict[str, Any]) -> dict[str, Any]:
-    """A command's reply without `reply_to`/`ok`; `WorkerProtocolError` for `ok: false`."""
+def reply_result(reply: dict[str, Any] | BaseException) -> dict[str, Any]:
+    """A command's reply without `reply_to`/`ok`; `WorkerProtocolError` for `ok: false`; the
+    exception itself when there was no reply (what `send_nowait` passes on)."""
+    if isinstance(reply, BaseException):
+        raise reply
     if not reply.get("ok"):
         err = reply.get("error") or {}
         raise WorkerProtocolError(str(err.get("code") or "UNKNOWN"), str(err.get("message") or ""),
@@ -256,6 +259,16 @@ class _Connection(ClientConnection):
         return True
 
 
+class _Callback:
+    """Who waits for the reply of a command sent with `send_nowait`."""
+
+    __slots__ = ("on_reply", "type_")
+
+    def __init__(self, on_reply: Callable[[Any], None], type_: str) -> None:
+        self.on_reply = on_reply
+        self.type_ = type_
+
+
 def _retrieve(fut: asyncio.Future) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -301,9 +314,10 @@ class WorkerSession:
         self._loop = asyncio.get_running_loop()
         self.reply_timeout = reply_timeout
         self.pushes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._waiting: dict[str, asyncio.Future] = {}
-        # (deadline, msg_id, future, type) of the commands sent with `send_nowait`, in sending order.
-        self._due: collections.deque[tuple[float, str, asyncio.Future, str]] = collections.deque()
+        # Each command's reply goes to its caller's future (`call`) or callback (`send_nowait`).
+        self._waiting: dict[str, asyncio.Future | _Callback] = {}
+        # (deadline, msg_id, callback) of the commands sent with `send_nowait`, in sending order.
+        self._due: collections.deque[tuple[float, str, _Callback]] = collections.deque()
         self._sweeper: asyncio.TimerHandle | None = None
         self._send_lock = asyncio.Lock()
         self._closed = asyncio.Event()
@@ -403,11 +417,13 @@ class WorkerSession:
             self.close_code = self._ws.close_code
             self.close_reason = self._ws.close_reason or ""
         waiting, self._waiting = self._waiting, {}
-        for fut in waiting.values():
-            if not fut.done():
-                fut.set_exception(WorkerConnectionClosed(
-                    f"the worker session closed (code {self.close_code}) before the reply; "
-                    "resend the same message id"))
+        for waiter in waiting.values():
+            exc = WorkerConnectionClosed(f"the worker session closed (code {self.close_code}) before the reply; "
+                                         "resend the same message id")
+            if type(waiter) is _Callback:
+                self._loop.call_soon(waiter.on_reply, exc)
+            elif not waiter.done():
+                waiter.set_exception(exc)
 
     async def _read(self) -> None:
         try:
@@ -435,9 +451,17 @@ class WorkerSession:
             return
         reply_to = msg.get("reply_to")
         if reply_to is not None:
-            fut = self._waiting.pop(reply_to, None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
+            waiter = self._waiting.pop(reply_to, None)
+            if waiter is None:
+                return
+            if type(waiter) is not _Callback:
+                if not waiter.done():
+                    waiter.set_result(msg)
+                return
+            try:
+                waiter.on_reply(msg)
+            except Exception:
+                log.exception("worker session: a reply's callback failed type=%s", waiter.type_)
             return
         self._dispatch_push(msg)
 
@@ -491,36 +515,38 @@ class WorkerSession:
                 self._waiting.pop(msg_id, None)
         return reply_result(reply)
 
-    def send_nowait(self, type_: str, msg_id: str, fields: dict[str, Any]) -> asyncio.Future | None:
-        """Send one command frame now, without a task waiting for it: the future of its raw
-        reply (pass it to `reply_result`), failed with `WorkerConnectionClosed` like `call`.
-        None when the frame cannot leave at once (closing, or the socket's buffer is full):
-        use `call` then."""
+    def send_nowait(self, type_: str, msg_id: str, fields: dict[str, Any],
+                    on_reply: Callable[[dict[str, Any] | BaseException], None]) -> bool:
+        """Send one command frame now, without a task or a future waiting for it: `on_reply` gets
+        its raw reply (pass it to `reply_result`) as the frame that carries it is read, or the
+        `WorkerConnectionClosed` that `call` would raise. False when the frame cannot leave at
+        once (closing, or the socket's buffer is full): use `call` then."""
         if self._closed.is_set() or not self._direct:
-            return None
+            return False
         frame = orjson.dumps({"type": type_, "id": msg_id, **fields})
         try:
             if not self._ws.send_now(frame):
-                return None
+                return False
         except ConnectionClosed:
-            return None
-        loop = self._loop
-        fut = self._waiter(msg_id)
+            return False
+        waiter = _Callback(on_reply, type_)
+        self._waiting[msg_id] = waiter
         # One timer per session, not per command: commands share the reply timeout, so their
         # deadlines come in the order they were sent, and answered ones are dropped as they lead.
         due = self._due
-        while due and due[0][2].done():
+        waiting = self._waiting
+        while due and waiting.get(due[0][1]) is not due[0][2]:
             due.popleft()
-        due.append((loop.time() + self.reply_timeout, msg_id, fut, type_))
+        due.append((self._loop.time() + self.reply_timeout, msg_id, waiter))
         if self._sweeper is None:
-            self._sweeper = loop.call_later(self._sweep_every(), self._sweep_due)
-        return fut
+            self._sweeper = self._loop.call_later(self._sweep_every(), self._sweep_due)
+        return True
 
     def _waiter(self, msg_id: str) -> asyncio.Future:
         """The future the reply to `msg_id` resolves: the one still pending for a resend of the
         same id, else a new one."""
         fut = self._waiting.get(msg_id)
-        if fut is None or fut.done():
+        if fut is None or type(fut) is _Callback or fut.done():
             fut = self._loop.create_future()
             # A close that fails it after its caller gave up must not leave an exception nobody retrieves.
             fut.add_done_callback(_retrieve)
@@ -533,15 +559,17 @@ class WorkerSession:
     def _sweep_due(self) -> None:
         """Fail the commands sent with `send_nowait` whose reply did not come in time."""
         self._sweeper = None
-        loop = self._loop
-        now = loop.time()
+        now = self._loop.time()
         due = self._due
-        while due and (due[0][2].done() or due[0][0] <= now):
-            _, msg_id, fut, type_ = due.popleft()
-            if not fut.done():
-                self._expire(msg_id, fut, type_, self.reply_timeout)
+        waiting = self._waiting
+        while due and (waiting.get(due[0][1]) is not due[0][2] or due[0][0] <= now):
+            _, msg_id, waiter = due.popleft()
+            if waiting.get(msg_id) is waiter:
+                del waiting[msg_id]
+                self._loop.call_soon(waiter.on_reply, WorkerConnectionClosed(
+                    f"no reply to {waiter.type_} within {self.reply_timeout:.0f}s; resend the same message id"))
         if due and not self._closed.is_set():
-            self._sweeper = loop.call_later(self._sweep_every(), self._sweep_due)
+            self._sweeper = self._loop.call_later(self._sweep_every(), self._sweep_due)
 
     def _expire(self, msg_id: str, fut: asyncio.Future, type_: str, limit: float) -> None:
         if fut.done():

@@ -235,7 +235,7 @@ class _Gone(Exception):
     """Internal: the lease is no longer ours (revoked, expired, cancelled)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Lease:
     lease: dict[str, Any]
     expires_mono: float  # conservative local estimate of the lease's expiry
@@ -255,17 +255,15 @@ class _Lease:
     ahead_timer: asyncio.TimerHandle | None = None  # claimed ahead: when it is given back if no slot frees
     start_msg_id: str | None = None  # one per lease: every resend of its Start is a replay
     started_mono: float = 0.0  # when its handler began
-    renew_now: asyncio.Event = field(default_factory=asyncio.Event)  # set on a new session
+    renew_now: asyncio.Event | None = None  # set on a new session; made with its renewer
     renewer: asyncio.Task | None = None  # only once the handler has run long enough to need a renewal
     renew_at: float | None = None  # monotonic time of its first renewal, while its handler runs without one
+    lease_id: str = field(init=False)
+    task_id: str = field(init=False)
 
-    @property
-    def lease_id(self) -> str:
-        return self.lease["lease_id"]
-
-    @property
-    def task_id(self) -> str:
-        return self.lease["task_id"]
+    def __post_init__(self) -> None:
+        self.lease_id = self.lease["lease_id"]
+        self.task_id = self.lease["task_id"]
 
 
 class Worker:
@@ -745,7 +743,8 @@ class Worker:
         (cancel requests, revocations) here rather than to the session that is gone."""
         for st in self._leases.values():
             if st.started:
-                st.renew_now.set()
+                if st.renew_now is not None:
+                    st.renew_now.set()
                 if st.renewer is None and st.renew_at is not None:
                     st.renew_at = None
                     self._start_renewer(st)
@@ -998,17 +997,15 @@ class Worker:
             return
         st.start_msg_id = new_message_id("start")
         st.start_unknown = True
-        fut = session.send_nowait("start", st.start_msg_id, {"lease_id": st.lease_id})
-        if fut is None:
+        if not session.send_nowait("start", st.start_msg_id, {"lease_id": st.lease_id},
+                                   functools.partial(self._on_start_reply, st)):
             self._spawn(st, self._run_lease(st))
-            return
-        fut.add_done_callback(functools.partial(self._on_start_reply, st))
 
-    def _on_start_reply(self, st: _Lease, fut: asyncio.Future) -> None:
+    def _on_start_reply(self, st: _Lease, reply: dict[str, Any] | BaseException) -> None:
         if self._leases.get(st.lease_id) is not st:
             return  # the worker stopped and abandoned it
         try:
-            receipt = reply_result(fut.result())
+            receipt = reply_result(reply)
         except (WorkerProtocolError, WorkerConnectionClosed) as exc:
             self._spawn(st, self._run_lease(st, first=exc))
             return
@@ -1210,18 +1207,16 @@ class Worker:
             fields["error"] = {"message": outcome["error"], "retryable": outcome["retryable"]}
         self._unacked[msg_id] = {"task_id": st.task_id, "lease_id": st.lease_id, "outcome": outcome["outcome"]}
         session = self._session
-        fut = session.send_nowait("complete", msg_id, fields) if session is not None else None
-        if fut is None:
+        if session is None or not session.send_nowait(
+                "complete", msg_id, fields, functools.partial(self._on_report_reply, st, msg_id, fields, elapsed)):
             self._spawn(st, self._report(st, msg_id, fields, elapsed))
-            return
-        fut.add_done_callback(functools.partial(self._on_report_reply, st, msg_id, fields, elapsed))
 
     def _on_report_reply(self, st: _Lease, msg_id: str, fields: dict[str, Any], elapsed: float,
-                         fut: asyncio.Future) -> None:
+                         raw: dict[str, Any] | BaseException) -> None:
         if self._leases.get(st.lease_id) is not st:
             return
         try:
-            reply = reply_result(fut.result())
+            reply = reply_result(raw)
         except WorkerConnectionClosed:
             self._spawn(st, self._report(st, msg_id, fields, elapsed))
             return
@@ -1359,9 +1354,12 @@ class Worker:
 
     def _start_renewer(self, st: _Lease) -> None:
         if st.renewer is None and st.handler is not None and not st.handler.done():
+            if st.renew_now is None:
+                st.renew_now = asyncio.Event()
             st.renewer = asyncio.get_running_loop().create_task(self._renew_loop(st), name=f"orbit-renew-{st.task_id}")
 
     async def _renew_loop(self, st: _Lease) -> None:
+        assert st.renew_now is not None
         interval = self.lease_ms / 3000
         first = True
         # Stops with the handler even if a cancellation went astray: a lease renewed after its
