@@ -213,7 +213,7 @@ class Database:
             pool = await self._driver_pool(autocommit=True)
             conn = await self._acquire(pool)
             await self._prepare_driver_conn(conn)
-            return await fn(Tx(MYSQL, driver=conn))
+            return await fn(Tx(MYSQL, driver=conn, multi_reads=True))
         except Exception as exc:
             lost = is_connection_lost(exc) or isinstance(exc, OSError)
             if (lost or mysql_error_code(exc) == PACKET_TOO_LARGE) and conn is not None:
@@ -396,9 +396,10 @@ class Database:
             from asyncmy.constants import CLIENT
 
             u = make_url(self.url)
-            # Multi-statements let a transaction's writes travel in one round trip
-            # (Tx.defer); every statement is built from `?` placeholders, never from input.
-            flags = 0 if autocommit else CLIENT.MULTI_STATEMENTS
+            # Multi-statements let a transaction's writes travel in one round trip (Tx.defer),
+            # and a read's independent statements (Tx.rows_multi); every statement is built from
+            # `?` placeholders, never from input.
+            flags = CLIENT.MULTI_STATEMENTS
             params = dict(client_flag=flags, host=u.host or "127.0.0.1", port=u.port or 3306,
                           user=u.username or "root", password=u.password or "", db=u.database, charset="utf8mb4",
                           autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)

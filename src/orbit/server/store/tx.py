@@ -125,14 +125,17 @@ class Tx:
 
     `conn` is a SQLAlchemy connection (SQLite, and Core statements in tests and tools);
     `driver` a MySQL driver connection; `multi` whether it accepts several statements per
-    round trip, which is what lets `defer` wait.
+    round trip, which is what lets `defer` wait; `multi_reads` (an autocommit read, whose
+    writes must never wait for a COMMIT that does not come) only joins `rows_multi`'s reads.
     """
 
-    def __init__(self, dialect: str, *, conn: Any = None, driver: Any = None, multi: bool = False) -> None:
+    def __init__(self, dialect: str, *, conn: Any = None, driver: Any = None, multi: bool = False,
+                 multi_reads: bool = False) -> None:
         self.dialect = dialect
         self.conn = conn
         self._driver = driver
         self._multi = multi
+        self._multi_reads = multi or multi_reads
         self._now: datetime | None = None
         self._deferred: list[str] = []
         self._deferred_bytes = 0
@@ -304,7 +307,7 @@ class Tx:
 
     async def rows_multi(self, stmts: Sequence[Stmt]) -> list[list[dict[str, Any]]]:
         """Several independent statements' rows, in one round trip where the connection allows it."""
-        if self._multi:
+        if self._multi_reads and len(stmts) > 1:
             return [rows for _, rows in await self._run_mysql([self._mogrify(s) for s in stmts])]
         return [await self.rows(s) for s in stmts]
 
