@@ -768,14 +768,15 @@ class _Locked:
 
 async def _lock_for_leases(
     tx: Tx, lease_ids: list[str], also: Callable[[list[str]], list[Stmt]] | None = None,
-    located: dict[str, tuple[str, str]] | None = None,
+    located: dict[str, tuple[str, str]] | None = None, *, also_clock: bool = False,
 ) -> _Locked:
     """Lock the leases' task rows, then the lease rows (the global order), in one round trip
     after the id lookup; `also` adds reads about the leases' queues to that round trip.
 
     `located` maps lease ids to their (task id, queue id), which never change: the session
     that granted a lease knows them, and when it knows all of them the lookup round trip is
-    skipped (the clock is then read in the lock round trip, after the locks)."""
+    skipped (the clock is then read in the lock round trip, after the locks: by the first
+    `also` read when `also_clock` says that it selects `db_now`, else by a statement of its own)."""
     ids = sorted(set(lease_ids))
     located = located or {}
     unknown = [i for i in ids if i not in located]
@@ -793,11 +794,18 @@ async def _lock_for_leases(
     if also is not None:
         reads += also(sorted({r["queue_id"] for r in found}))
     clock = not unknown
-    if clock:
+    own_clock = clock and not (also is not None and also_clock)
+    if own_clock:
         reads.append(lease_q.clock())
     task_rows, lease_rows, *locked.also = await tx.rows_multi(reads)
-    if clock:
+    if own_clock:
         tx.adopt_clock(locked.also.pop()[0])
+    elif also is not None and also_clock and locked.also[0]:
+        clocked = locked.also[0][0]
+        if clock:
+            tx.adopt_clock(clocked)
+        else:  # the lookup read the clock already
+            clocked.pop("db_now", None)
     locked.tasks = {r["id"]: r for r in task_rows}
     locked.leases = {r["id"]: r for r in lease_rows}
     for lease in lease_rows:
@@ -1033,12 +1041,13 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
 async def _start_body(tx: Tx, commands: list[StartCommand], tallies: metrics.Tallies, *,
                       optimistic: bool) -> list[Result]:
     def queue_reads(queue_ids: list[str]) -> list[Stmt]:
-        if optimistic:
-            return [usage_q.with_controls(queue_ids)]
+        if optimistic:  # it reads the clock too, after the locks: one statement fewer
+            return [usage_q.with_controls(queue_ids, clock=True)]
         return [usage_q.queue_rows(queue_ids, lock=True), usage_q.application_rows_of_queues(queue_ids, lock=True),
                 queue_q.controls(queue_ids)]
 
-    locked = await _lock_for_leases(tx, [c.lease_id for c in commands], queue_reads, _located(commands))
+    locked = await _lock_for_leases(tx, [c.lease_id for c in commands], queue_reads, _located(commands),
+                                    also_clock=optimistic)
     windows: dict[Window, RateWindow] = {}
     controls: dict[str, Any] = {}
     if locked.also:
