@@ -269,6 +269,11 @@ class _Callback:
         self.type_ = type_
 
 
+def _no_reply(type_: str, limit: float) -> WorkerConnectionClosed:
+    """What a command whose reply did not come within `limit` seconds ends with, whichever way it was sent."""
+    return WorkerConnectionClosed(f"no reply to {type_} within {limit:.0f}s; resend the same message id")
+
+
 def _retrieve(fut: asyncio.Future) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -566,8 +571,7 @@ class WorkerSession:
             _, msg_id, waiter = due.popleft()
             if waiting.get(msg_id) is waiter:
                 del waiting[msg_id]
-                self._loop.call_soon(waiter.on_reply, WorkerConnectionClosed(
-                    f"no reply to {waiter.type_} within {self.reply_timeout:.0f}s; resend the same message id"))
+                self._loop.call_soon(waiter.on_reply, _no_reply(waiter.type_, self.reply_timeout))
         if due and not self._closed.is_set():
             self._sweeper = self._loop.call_later(self._sweep_every(), self._sweep_due)
 
@@ -576,7 +580,7 @@ class WorkerSession:
             return
         if self._waiting.get(msg_id) is fut:
             self._waiting.pop(msg_id, None)
-        fut.set_exception(WorkerConnectionClosed(f"no reply to {type_} within {limit:.0f}s; resend the same message id"))
+        fut.set_exception(_no_reply(type_, limit))
 
     async def hello(self, node_id: str, queues: list[str], *, sdk: str = SDK_NAME,
                     msg_id: str | None = None) -> dict[str, Any]:

@@ -793,19 +793,15 @@ async def _lock_for_leases(
     reads = [task_q.lock_for_dispatch(task_ids), lease_q.lock(sorted(r["id"] for r in found))]
     if also is not None:
         reads += also(sorted({r["queue_id"] for r in found}))
-    clock = not unknown
+    clock = not unknown  # else the lookup read it
     own_clock = clock and not (also is not None and also_clock)
     if own_clock:
         reads.append(lease_q.clock())
     task_rows, lease_rows, *locked.also = await tx.rows_multi(reads)
     if own_clock:
         tx.adopt_clock(locked.also.pop()[0])
-    elif also is not None and also_clock and locked.also[0]:
-        clocked = locked.also[0][0]
-        if clock:
-            tx.adopt_clock(clocked)
-        else:  # the lookup read the clock already
-            clocked.pop("db_now", None)
+    elif clock and locked.also[0]:
+        tx.adopt_clock(locked.also[0][0])
     locked.tasks = {r["id"]: r for r in task_rows}
     locked.leases = {r["id"]: r for r in lease_rows}
     for lease in lease_rows:
