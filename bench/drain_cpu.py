@@ -76,7 +76,7 @@ def main() -> None:
             target = procs[0].pid if args.py_spy_worker else server
             spy = subprocess.Popen(["py-spy", "record", "-p", str(target), "-d", "6", "-r", "250", "-f", "raw",
                                     "-o", args.py_spy], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        asyncio.run(wait_unfinished(creds["_database_url"], q, 600, 0.3))
+        asyncio.run(wait_unfinished(creds["_database_url"], q, 600, 0.02))
         wall = time.perf_counter() - t0
         groups = asyncio.run(_group_sizes(creds["_database_url"], q))
         us = cpu.us_per_task(n)
@@ -99,6 +99,9 @@ async def _group_sizes(url: str, queue_id: str) -> str:
             url, f"SELECT COUNT(*), COUNT(DISTINCT {stage}) FROM leases WHERE queue_id = %s AND outcome = 'SUCCEEDED'",
             (queue_id,))
         out.append(f"{stage.split('_')[0]} {total / max(1, distinct):.1f}")
+    (span_us, done), = await fetch(url, "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(leased_at), MAX(ended_at)), COUNT(*) "
+                                 "FROM leases WHERE queue_id = %s AND outcome = 'SUCCEEDED'", (queue_id,))
+    out.append(f"first lease->last end {done / max(1e-6, (span_us or 0) / 1e6):.0f} tasks/s")
     rows = await fetch(url, "SELECT TIMESTAMPDIFF(MICROSECOND, leased_at, started_at), "
                        "TIMESTAMPDIFF(MICROSECOND, started_at, ended_at) FROM leases "
                        "WHERE queue_id = %s AND outcome = 'SUCCEEDED'", (queue_id,))

@@ -182,7 +182,7 @@ class ClaimReads:
             # its claims could take in the same round trip; the grants then decide how many are used.
             self.reads += [usage_q.with_controls(self.queue_ids, clock=True), key_q.nodes(self.queue_ids)]
             self.reads += [task_q.claimable(qid, _wanted(self.commands, self.by_queue[qid]),
-                                            levels=self.read_levels[qid], skip_locked=True)
+                                            levels=self.read_levels[qid], skip_locked=True, candidates=True)
                            for qid in self.queue_ids]
         self.ahead: ReadAhead | None = None
 
@@ -247,7 +247,8 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]],
         snapshots = {r["queue_id"]: r for r in usage_rows}
         app_snapshots = {r["application_id"]: r for r in app_rows}
         nodes = _nodes_by_queue(node_rows)
-        picks = dict(zip(queue_ids, pick_rows))
+        picks = {qid: await _locked_picks(tx, qid, rows, _wanted(commands, by_queue[qid]), read_levels[qid])
+                 for qid, rows in zip(queue_ids, pick_rows, strict=True) if qid in live}
         if arrived:
             read = {r["id"] for rows in picks.values() for r in rows}
             picks = {qid: list(rows) for qid, rows in picks.items()}
@@ -280,6 +281,16 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]],
     for stmt in notes:
         await tx.defer(stmt)
     return [r if r is not None else {"tasks": []} for r in replies]
+
+
+async def _locked_picks(tx: Tx, queue_id: str, rows: list[dict[str, Any]], wanted: int,
+                        levels: int) -> list[dict[str, Any]]:
+    """The candidates a claim's first read locked; where it passed over one that another
+    transaction holds, the queue's range is scanned with locks instead (what that read stands for)."""
+    locked, passed_over = task_q.locked_candidates(rows)
+    if not passed_over:
+        return locked
+    return await tx.rows(task_q.claimable(queue_id, wanted, levels=levels, skip_locked=True))
 
 
 # The priority levels each queue's usage row showed this process last (they only ever grow):

@@ -132,23 +132,50 @@ def claim_row(task: dict[str, Any], now: datetime) -> dict[str, Any] | None:
 
 
 _CLAIM_NAMES = tuple(name.strip() for name in _CLAIM_COLS.split(","))
+_CLAIM_COLS_T = ", ".join(f"t.{name}" for name in _CLAIM_NAMES)
 ALL_LEVELS = (1 << 10) - 1
 
 
 def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datetime | None = None,
-              skip_locked: bool = False) -> Stmt:
+              skip_locked: bool = False, candidates: bool = False) -> Stmt:
     """Up to `limit` due, claimable (not parked) waiting tasks of each priority in `levels` (a
     bit mask), each level in due time then acceptance order: one index range per level, whose
     merge by effective priority (`core.dispatch_order`) is exact under aging. `now` defaults to
-    the database clock; with `skip_locked`, rows another claim holds are passed over."""
+    the database clock; with `skip_locked`, rows another claim holds are passed over.
+
+    With `candidates` (and `skip_locked`), MySQL reads the range without locks and then locks the
+    rows it found by primary key: a locking scan walks every entry a recent claim delete-marked
+    and purge has not removed yet (thousands in a drain, one clustered lookup each), a consistent
+    read passes over them. A candidate another transaction holds or changed meanwhile comes back
+    empty: `locked_candidates` tells the caller, who then scans with locks (exact, slower)."""
     due_by = "?" if now is not None else "{NOW}"
-    level = (f"SELECT {_CLAIM_COLS} FROM tasks {{DISPATCH_INDEX}} WHERE queue_id = ? AND waiting = 1 "
-             f"AND parked_on IS NULL AND priority = ? AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
+    where = (f"WHERE queue_id = ? AND waiting = 1 AND parked_on IS NULL AND priority = ? "
+             f"AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
+    level = f"SELECT {_CLAIM_COLS} FROM tasks {{DISPATCH_INDEX}} {where}"
     ps = _priorities(levels)
     params: list[Any] = []
     for p in ps:
         params += (queue_id, p, now, limit) if now is not None else (queue_id, p, limit)
-    return _per_level(level, len(ps), params, lock="{SKIP_LOCKED}" if skip_locked else "")
+    stmt = _per_level(level, len(ps), params, lock="{SKIP_LOCKED}" if skip_locked else "")
+    if not (skip_locked and candidates):
+        return stmt
+    by_key = (f"SELECT {_CLAIM_COLS_T}, c.id AS candidate FROM (SELECT id, priority, available_at FROM tasks "
+              f"{_FORCE_DISPATCH} {where}) c LEFT JOIN tasks t ON t.id = c.id AND t.waiting = 1 "
+              "AND t.parked_on IS NULL AND t.priority = c.priority AND t.available_at = c.available_at "
+              "ORDER BY c.available_at, c.id{SKIP_LOCKED}")
+    mysql = by_key if len(ps) == 1 else " UNION ALL ".join(f"({by_key})" for _ in ps)
+    return Stmt(mysql, params, sqlite=stmt.sqlite or stmt.sql)
+
+
+def locked_candidates(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The rows a `claimable(..., candidates=True)` read locked, and whether it passed over any
+    candidate (held by another transaction, or no longer claimable)."""
+    if not rows or "candidate" not in rows[0]:
+        return rows, False
+    locked = [r for r in rows if r["id"] is not None]
+    for r in locked:
+        del r["candidate"]
+    return locked, len(locked) < len(rows)
 
 
 def due(queue_levels: Sequence[tuple[str, int]], limit: int) -> Stmt:
