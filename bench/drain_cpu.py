@@ -46,9 +46,10 @@ def main() -> None:
     ap.add_argument("--payload-bytes", type=int, default=0, help="pad every task's payload by this many bytes")
     ap.add_argument("--schema-sql", metavar="SQL", help="run these statements after migrating the fresh database")
     ap.add_argument("--database-url", help="use (and keep) this database instead of a fresh MariaDB one")
+    ap.add_argument("--nodes", type=int, default=1, help="server nodes; the worker sessions are spread over them")
     args = ap.parse_args()
     n = args.tasks
-    with environment(args.database_url, 1, schema_sql=args.schema_sql) as (urls, creds):
+    with environment(args.database_url, args.nodes, schema_sql=args.schema_sql) as (urls, creds):
         token = creds["token"]
         c = httpx.Client(base_url=urls[0], headers={"Authorization": f"Bearer {token}"})
         q = c.post("/v1/queues", json={"name": f"cpu-{uuid.uuid4().hex[:6]}", "max_concurrency": 100000,

@@ -24,27 +24,38 @@ async def _claim(base, tenant, queue_id: str, n: int) -> list[str]:
         return [t["task_id"] for t in got["tasks"]]
 
 
-async def test_a_claim_passes_over_a_task_another_transaction_holds_and_takes_the_next(tenant, base):
-    if tenant.db.dialect != MYSQL:
-        pytest.skip("SQLite has one writer: no other transaction holds a row while a claim runs")
-    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
-    ids = await submit(tenant, q["id"], 4)
+async def _holding(tenant, task_ids: list[str], body):
+    """Run `body()` while another transaction holds these tasks' rows."""
     held, done = asyncio.Event(), asyncio.Event()
 
     async def hold(tx):
-        await tx.rows(Stmt("SELECT id FROM tasks WHERE id = ?{FOR_UPDATE}", (ids[0],)))
+        await tx.rows(Stmt(f"SELECT id FROM tasks WHERE id IN ({', '.join('?' * len(task_ids))}){{FOR_UPDATE}}",
+                           task_ids))
         held.set()
         await done.wait()
 
     holder = asyncio.create_task(tenant.db.transaction(hold))
     await held.wait()
     try:
-        # The first two candidates include the held task: the claim scans on and takes two.
-        assert await _claim(base, tenant, q["id"], 2) == ids[1:3]
+        return await body()
     finally:
         done.set()
         await holder
-    assert await _claim(base, tenant, q["id"], 2) == [ids[0], ids[3]]
+
+
+@pytest.mark.parametrize("held, taken", [
+    ([0], [1, 2]),  # the candidates read on past the held task once
+    ([0, 2], [1, 3]),  # that is not enough: the claim scans with locks
+])
+async def test_a_claim_passes_over_tasks_another_transaction_holds_and_takes_the_next(tenant, base, held, taken):
+    if tenant.db.dialect != MYSQL:
+        pytest.skip("SQLite has one writer: no other transaction holds a row while a claim runs")
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    ids = await submit(tenant, q["id"], 5)
+    got = await _holding(tenant, [ids[i] for i in held], lambda: _claim(base, tenant, q["id"], 2))
+    assert got == [ids[i] for i in taken]
+    rest = [i for i in ids if i not in got]
+    assert await _claim(base, tenant, q["id"], 3) == rest
 
 
 async def test_the_candidates_read_finds_what_a_locking_scan_finds(tenant):
@@ -53,11 +64,11 @@ async def test_the_candidates_read_finds_what_a_locking_scan_finds(tenant):
 
     async def both(tx):
         scan = await tx.rows(task_q.claimable(q["id"], 4, skip_locked=True))
-        rows, passed_over = task_q.locked_candidates(
-            await tx.rows(task_q.claimable(q["id"], 4, skip_locked=True, candidates=True)))
-        return scan, rows, passed_over
+        rows, whole = task_q.locked_candidates(
+            await tx.rows(task_q.claimable(q["id"], 4, skip_locked=True, candidates=True)), 4, 4)
+        return scan, rows, whole
 
-    scan, rows, passed_over = await tenant.db.transaction(both)
-    assert not passed_over
+    scan, rows, whole = await tenant.db.transaction(both)
+    assert whole
     assert rows == scan and sorted(r["id"] for r in rows) == sorted(ids)
     assert [r["id"] for r in rows] == [*ids[2:], *ids[:2]]  # each level in order, the highest first

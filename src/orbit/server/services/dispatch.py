@@ -285,10 +285,16 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]],
 
 async def _locked_picks(tx: Tx, queue_id: str, rows: list[dict[str, Any]], wanted: int,
                         levels: int) -> list[dict[str, Any]]:
-    """The candidates a claim's first read locked; where it passed over one that another
-    transaction holds, the queue's range is scanned with locks instead (what that read stands for)."""
-    locked, passed_over = task_q.locked_candidates(rows)
-    if not passed_over:
+    """The candidates a claim's first read locked. Where it passed over some that another
+    transaction holds (another node's claim, most often), it reads as many more candidates once;
+    if a level still comes out short, the queue's ranges are scanned with locks instead."""
+    locked, whole = task_q.locked_candidates(rows, wanted, wanted)
+    if whole:
+        return locked
+    wider = wanted + len(rows) - len(locked)
+    locked, whole = task_q.locked_candidates(await tx.rows(task_q.claimable(
+        queue_id, wider, levels=levels, skip_locked=True, candidates=True)), wider, wanted)
+    if whole:
         return locked
     return await tx.rows(task_q.claimable(queue_id, wanted, levels=levels, skip_locked=True))
 

@@ -147,7 +147,7 @@ def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datet
     rows it found by primary key: a locking scan walks every entry a recent claim delete-marked
     and purge has not removed yet (thousands in a drain, one clustered lookup each), a consistent
     read passes over them. A candidate another transaction holds or changed meanwhile comes back
-    empty: `locked_candidates` tells the caller, who then scans with locks (exact, slower)."""
+    empty: `locked_candidates` tells the caller whether the rows stand for the locking scan."""
     due_by = "?" if now is not None else "{NOW}"
     where = (f"WHERE queue_id = ? AND waiting = 1 AND parked_on IS NULL AND priority = ? "
              f"AND available_at <= {due_by} ORDER BY available_at, id LIMIT ?")
@@ -159,7 +159,7 @@ def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datet
     stmt = _per_level(level, len(ps), params, lock="{SKIP_LOCKED}" if skip_locked else "")
     if not (skip_locked and candidates):
         return stmt
-    by_key = (f"SELECT {_CLAIM_COLS_T}, c.id AS candidate FROM (SELECT id, priority, available_at FROM tasks "
+    by_key = (f"SELECT {_CLAIM_COLS_T}, c.priority AS candidate FROM (SELECT id, priority, available_at FROM tasks "
               f"{_FORCE_DISPATCH} {where}) c LEFT JOIN tasks t ON t.id = c.id AND t.waiting = 1 "
               "AND t.parked_on IS NULL AND t.priority = c.priority AND t.available_at = c.available_at "
               "ORDER BY c.available_at, c.id{SKIP_LOCKED}")
@@ -167,15 +167,24 @@ def claimable(queue_id: str, limit: int, *, levels: int = ALL_LEVELS, now: datet
     return Stmt(mysql, params, sqlite=stmt.sqlite or stmt.sql)
 
 
-def locked_candidates(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """The rows a `claimable(..., candidates=True)` read locked, and whether it passed over any
-    candidate (held by another transaction, or no longer claimable)."""
+def locked_candidates(rows: list[dict[str, Any]], limit: int, wanted: int) -> tuple[list[dict[str, Any]], bool]:
+    """The rows a `claimable(..., candidates=True)` read of `limit` candidates per level locked,
+    and whether they stand for the level-wise locking scan of `wanted`: no level passed over a
+    candidate (held by another transaction, or no longer claimable) and came out short of
+    `wanted` while its range had more than it read. SQLite's rows are the scan's own."""
     if not rows or "candidate" not in rows[0]:
-        return rows, False
-    locked = [r for r in rows if r["id"] is not None]
-    for r in locked:
-        del r["candidate"]
-    return locked, len(locked) < len(rows)
+        return rows, True
+    read: dict[int, int] = {}
+    took: dict[int, int] = {}
+    locked = []
+    for r in rows:
+        level = r.pop("candidate")
+        read[level] = read.get(level, 0) + 1
+        if r["id"] is not None:
+            took[level] = took.get(level, 0) + 1
+            locked.append(r)
+    whole = all(took.get(level, 0) >= wanted or n < limit for level, n in read.items())
+    return locked, whole
 
 
 def due(queue_levels: Sequence[tuple[str, int]], limit: int) -> Stmt:
