@@ -50,7 +50,9 @@ class WorkerHub:
         self._push_wake = wakeups.pushes
         self._loops = BackgroundLoops(gate=db.health)
         self._outage_push: asyncio.Task | None = None
-        self.starts = GroupCommitter("start", lambda cmds: dispatch.start(db, cmds))
+        # A Start is on its task's way to its handler: it does not linger for a fuller group
+        # under load (a report, off that way, does).
+        self.starts = GroupCommitter("start", lambda cmds: dispatch.start(db, cmds), linger=0.0)
         self.renews = GroupCommitter("renew", lambda cmds: dispatch.renew(db, cmds))
         self.completes = GroupCommitter("complete", lambda cmds: dispatch.complete(db, cmds))
         # A claim transaction reads (and may lease) up to the sum of its claims' max_tasks rows,
