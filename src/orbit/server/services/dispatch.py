@@ -174,6 +174,8 @@ class ClaimReads:
         # The levels each queue's first read covers: another claim of this node may change
         # `_levels_seen` before this one reads the levels it missed.
         self.read_levels = {qid: _levels_seen.get(qid, ALL_LEVELS) for qid in self.queue_ids}
+        # What each queue's first read asks for per level: its rows are judged against the same.
+        self.wanted = {qid: _wanted(self.commands, self.by_queue[qid]) for qid in self.queue_ids}
         self.optimistic = optimistic
         if not optimistic:
             self.reads.append(queue_q.controls(self.queue_ids))
@@ -181,8 +183,8 @@ class ClaimReads:
             # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as
             # its claims could take in the same round trip; the grants then decide how many are used.
             self.reads += [usage_q.with_controls(self.queue_ids, clock=True), key_q.nodes(self.queue_ids)]
-            self.reads += [task_q.claimable(qid, _wanted(self.commands, self.by_queue[qid]),
-                                            levels=self.read_levels[qid], skip_locked=True, candidates=True)
+            self.reads += [task_q.claimable(qid, self.wanted[qid], levels=self.read_levels[qid], skip_locked=True,
+                                            candidates=True)
                            for qid in self.queue_ids]
         self.ahead: ReadAhead | None = None
 
@@ -214,6 +216,7 @@ async def claim_within(tx: Tx, commands: list[ClaimCommand], *, optimistic: bool
 async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]],
                       unwritten: dict[str, dict[str, Any]]) -> list[Result]:
     commands, keys, by_queue, queue_ids, read_levels = r.commands, r.keys, r.by_queue, r.queue_ids, r.read_levels
+    wanted = r.wanted
     optimistic = r.optimistic
     replies: list[Result | None] = [None] * len(commands)
     prior, *rest = await (tx.rows_ahead(r.ahead) if r.ahead is not None else tx.rows_multi(r.reads))
@@ -247,7 +250,7 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]],
         snapshots = {r["queue_id"]: r for r in usage_rows}
         app_snapshots = {r["application_id"]: r for r in app_rows}
         nodes = _nodes_by_queue(node_rows)
-        picks = {qid: await _locked_picks(tx, qid, rows, _wanted(commands, by_queue[qid]), read_levels[qid])
+        picks = {qid: await _locked_picks(tx, qid, rows, wanted[qid], read_levels[qid])
                  for qid, rows in zip(queue_ids, pick_rows, strict=True) if qid in live}
         if arrived:
             read = {r["id"] for rows in picks.values() for r in rows}
