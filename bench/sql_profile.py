@@ -2,6 +2,7 @@
 
     python bench/sql_profile.py [--tasks 20000] [--top 30] [--sdk]  # an end-to-end drain (bench/drain_cpu.py)
     python bench/sql_profile.py --probe [--rate 50 --seconds 6]       # light load (bench/latency_probe.py)
+    python bench/sql_profile.py --batches 60                           # batch submits of 500 (bench/submit.py)
 
 Turns MariaDB's slow query log on for every statement (`long_query_time = 0`) while the
 workload runs in a process of its own, then restores the server's settings and removes the
@@ -69,11 +70,16 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=50)
     ap.add_argument("--seconds", type=float, default=6)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--batches", type=int, default=0,
+                    help="batch submits of 500 (bench/submit.py) instead of a drain")
     ap.add_argument("--sdk", action="store_true",
                     help="drain with the SDK's orbit.Worker as a user sets it up (2 processes x concurrency 64)")
     args = ap.parse_args()
     here = Path(__file__).resolve().parent
-    if args.probe:
+    if args.batches:
+        cmd = [sys.executable, str(here / "submit.py"), "--single", "1", "--batches", str(args.batches)]
+        tasks = args.batches * 500
+    elif args.probe:
         cmd = [sys.executable, str(here / "latency_probe.py"), "--rate", str(args.rate), "--seconds", str(args.seconds)]
         tasks = int(args.rate * args.seconds)
     else:
