@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from orbit.server.services import dispatch
 from orbit.server.store.dialect import MYSQL
 from orbit.server.store.queries import tasks as task_q
 from orbit.server.store.tx import Stmt
@@ -44,17 +43,13 @@ async def _holding(tenant, task_ids: list[str], body):
         await holder
 
 
-@pytest.mark.parametrize("first_read", ["candidates", "scan"])
 @pytest.mark.parametrize("held, taken", [
     ([0], [1, 2]),  # the candidates read on past the held task once
     ([0, 2], [1, 3]),  # that is not enough: the claim scans with locks
 ])
-async def test_a_claim_passes_over_tasks_another_transaction_holds_and_takes_the_next(tenant, base, held, taken,
-                                                                                      first_read, monkeypatch):
+async def test_a_claim_passes_over_tasks_another_transaction_holds_and_takes_the_next(tenant, base, held, taken):
     if tenant.db.dialect != MYSQL:
         pytest.skip("SQLite has one writer: no other transaction holds a row while a claim runs")
-    # A queue claimed from a lot lately has its first read take candidates; a quiet one, the scan.
-    monkeypatch.setattr(dispatch, "CANDIDATES_FROM", 0.0 if first_read == "candidates" else float("inf"))
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     ids = await submit(tenant, q["id"], 5)
     got = await _holding(tenant, [ids[i] for i in held], lambda: _claim(base, tenant, q["id"], 2))

@@ -13,7 +13,6 @@ rules are in `core/lease.py` and `core/limits.py`.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -184,9 +183,8 @@ class ClaimReads:
             # Plan on unlocked usage reads, and lock (SKIP LOCKED) as many due tasks per queue as
             # its claims could take in the same round trip; the grants then decide how many are used.
             self.reads += [usage_q.with_controls(self.queue_ids, clock=True), key_q.nodes(self.queue_ids)]
-            now = time.monotonic()
             self.reads += [task_q.claimable(qid, self.wanted[qid], levels=self.read_levels[qid], skip_locked=True,
-                                            candidates=_claimed_lately(qid, now) >= CANDIDATES_FROM)
+                                            candidates=True)
                            for qid in self.queue_ids]
         self.ahead: ReadAhead | None = None
 
@@ -254,7 +252,6 @@ async def _claim_body(tx: Tx, r: ClaimReads, arrived: Sequence[dict[str, Any]],
         nodes = _nodes_by_queue(node_rows)
         picks = {qid: await _locked_picks(tx, qid, rows, wanted[qid], read_levels[qid])
                  for qid, rows in zip(queue_ids, pick_rows, strict=True) if qid in live}
-        _note_claimed(picks, time.monotonic())
         if arrived:
             read = {r["id"] for rows in picks.values() for r in rows}
             picks = {qid: list(rows) for qid, rows in picks.items()}
@@ -303,34 +300,6 @@ async def _locked_picks(tx: Tx, queue_id: str, rows: list[dict[str, Any]], wante
     if whole:
         return locked
     return await tx.rows(task_q.claimable(queue_id, wanted, levels=levels, skip_locked=True))
-
-
-# How many due tasks this process's claims read of each queue lately, decaying by e each second.
-# Where that is few, the dispatch index holds few entries that recent claims marked for purge, and
-# a claim's first read scans the range with locks: one plain statement, which costs MariaDB
-# 75 us against 165 for reading candidates and then locking them (an empty range, measured here).
-# Where it is many, the locking scan would walk every marked entry (see `task_q.claimable`).
-# Tasks a submit hands to a waiting claim never enter the index and are not counted.
-_claimed: dict[str, tuple[float, float]] = {}
-CANDIDATES_FROM = 100.0  # tasks read lately from which a claim's first read takes candidates
-
-
-def _claimed_lately(queue_id: str, now: float) -> float:
-    return decayed(_claimed.get(queue_id), now)
-
-
-def _note_claimed(picks: dict[str, list[dict[str, Any]]], now: float) -> None:
-    for qid, rows in picks.items():
-        if rows or qid in _claimed:
-            _claimed[qid] = (now, _claimed_lately(qid, now) + len(rows))
-
-
-def decayed(count: tuple[float, float] | None, now: float) -> float:
-    """A count noted at some time, (time, count), as it stands `now`: divided by e each second."""
-    if count is None:
-        return 0.0
-    at, n = count
-    return n * math.exp(min(0.0, at - now))
 
 
 # The priority levels each queue's usage row showed this process last (they only ever grow):
