@@ -6,10 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from asyncmy.errors import OperationalError
 from sqlalchemy import select
 
 from orbit.server.store.dialect import MYSQL
 from orbit.server.store.tables import leases, queue_usage, tasks
+from orbit.server.store.tx import Tx
 
 from .queue_helpers import event_rows
 from .worker_client import Worker
@@ -339,3 +341,68 @@ async def test_a_task_naming_a_resource_key_is_written_before_the_claim_takes_it
         assert leased_by_update == [task_id]
         (row,) = await _rows(tenant, tasks, tasks.c.id, task_id)
         assert row["state"] == "LEASED"
+
+
+@pytest.fixture
+def held_commit(monkeypatch):
+    """On MariaDB, the COMMIT round trip of a transaction that writes leases goes out late, or
+    fails once (set `fail`): what a waiting claim's reply must not depend on."""
+    state = {"delay": 0.5, "fail": False, "held": 0}
+    real = Tx._run_mysql
+
+    async def run(self, statements):
+        if statements and statements[-1] == "COMMIT" and any(d.startswith("INSERT INTO leases") for d in self._deferred):
+            state["held"] += 1
+            if state["fail"]:
+                state["fail"] = False
+                raise OperationalError(1213, "Deadlock found when trying to get lock")
+            await asyncio.sleep(state["delay"])
+        return await real(self, statements)
+
+    monkeypatch.setattr(Tx, "_run_mysql", run)
+    return state
+
+
+async def test_a_served_claim_is_answered_as_the_commit_goes_and_its_start_waits_for_it(tenant, base, held_commit):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        claim = await _waiting_claim(w, q["id"], "c-early")
+        submit = asyncio.create_task(_submit(tenant, http, q["id"]))
+        (lease,) = (await asyncio.wait_for(claim, 5))["tasks"]
+        if tenant.db.dialect == MYSQL:
+            assert held_commit["held"] == 1 and not submit.done()  # answered while its COMMIT is out
+        started = await w.call("start", lease_id=lease["lease_id"])
+        assert submit.done() and (await submit).status_code == 201  # the Start waited for the commit
+        assert started["ok"] and started["attempt"] == 1
+        (lease_row,) = await _rows(tenant, leases, leases.c.id, lease["lease_id"])
+        assert lease_row["started_at"] is not None
+
+
+async def test_a_claim_answered_before_a_failed_commit_is_unknown_to_its_start_and_the_task_waits(
+        tenant, base, held_commit):
+    """The transaction that answered the claim did not commit; its rerun serves the claim no
+    more (its reply is out), so the task waits for another claim and the lease never existed."""
+    held_commit["fail"] = True
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        claim = await _waiting_claim(w, q["id"], "c-lost")
+        r = await _submit(tenant, http, q["id"])
+        assert r.status_code == 201, r.text
+        task_id = r.json()["data"]["task"]["id"]
+        got = await asyncio.wait_for(claim, 5)
+        if tenant.db.dialect != MYSQL:
+            return  # no COMMIT travels with the writes: the claim was answered after it
+        (phantom,) = got["tasks"]  # of the transaction that did not commit (the rerun gave new ids)
+        refused = await w.call("start", lease_id=phantom["lease_id"])
+        assert refused["ok"] is False and refused["error"]["code"] == "NOT_FOUND"
+        assert await _rows(tenant, leases, leases.c.id, phantom["lease_id"]) == []
+        assert await _rows(tenant, leases, leases.c.task_id, task_id) == []
+        (task_row,) = await _rows(tenant, tasks, tasks.c.id, task_id)
+        assert task_row["state"] == "WAITING"
+        (u,) = await _rows(tenant, queue_usage, queue_usage.c.queue_id, q["id"])
+        assert u["permits_in_use"] == 0 and u["unfinished"] == 1
+        (lease,) = (await w.call("claim", id="c-next", queue_id=q["id"], max_tasks=5))["tasks"]
+        assert lease["task_id"] == task_id
+        assert (await w.call("start", lease_id=lease["lease_id"]))["ok"]

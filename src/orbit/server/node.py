@@ -18,7 +18,7 @@ from .overload import WAIT_BUDGET_S, Slots
 from .services import tasks as task_service
 from .services.auth import Principal
 from .services.idempotency import IdempotencyScope, Outcome
-from .services.dispatch import Unparker
+from .services.dispatch import Handoff, Unparker
 from .services.metrics import Load, NodeMetrics
 from .services.events import Sequencer
 from .services.auth import TokenCache
@@ -86,7 +86,7 @@ class Node:
         sparse = claims.sparse(queue_id, time.monotonic())
         lone = len(group) == 1 and not self.submits.waiting(group[0].group)
         taken = claims.take(queue_id, 1) if sparse and lone else []
-        return await self._serving(queue_id, taken, lambda offers: task_service.submit_group(self.db, group, offers),
+        return await self._serving(queue_id, taken, lambda handoff: task_service.submit_group(self.db, group, handoff),
                                    lambda admissions: sum(1 for a in admissions if a.new))
 
     async def submit_batch(self, principal: Principal, queue_id: str, scope: IdempotencyScope,
@@ -98,22 +98,33 @@ class Node:
         taken = self.wakeups.claims.take(queue_id, len(commands))
         return await self._serving(
             queue_id, taken,
-            lambda offers: task_service.submit_batch(self.db, principal, queue_id, scope, commands, offers),
+            lambda handoff: task_service.submit_batch(self.db, principal, queue_id, scope, commands, handoff),
             task_service.new_tasks)
 
     async def _serving(self, queue_id: str, taken: list[Waiter],
-                       write: Callable[[list[Any]], Awaitable[tuple[R, list[Any] | None]]],
+                       write: Callable[[Handoff], Awaitable[tuple[R, list[Any] | None]]],
                        created: Callable[[R], int]) -> R:
         """Run a submit's transaction `write` with the commands of the waiting claims `taken` for it;
         answer those claims with its replies (or let them claim again when it served none or
         failed), then wake as many other waiting claims as it `created` tasks that no served claim
-        took."""
+        took. Replies sent as the COMMIT goes out (`Handoff`) hold their leases' commands here
+        until the transaction ends."""
         claims = self.wakeups.claims
+        ends: list[Callable[[], None]] = []
+
+        def answer(served: list[Any]) -> None:
+            leases = [g["lease_id"] for r in served if isinstance(r, dict) for g in r["tasks"]]
+            ends.append(self.hub.hold_until_committed(leases))
+            claims.serve(taken, served)
+
         try:
-            result, served = await write([w.offer for w in taken])
+            result, served = await write(Handoff([w.offer for w in taken], answer))
         except BaseException:
-            claims.serve(taken, None)
+            claims.serve(taken, None)  # those answered already keep their reply
             raise
+        finally:
+            for end in ends:
+                end()
         claims.serve(taken, served)
         new = created(result)
         if served is not None:

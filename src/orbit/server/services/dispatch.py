@@ -117,6 +117,37 @@ class ClaimCommand:
     msg_id: str
 
 
+class Handoff:
+    """The claims waiting on this node that a submit's transaction serves.
+
+    Where the COMMIT travels with the writes, their replies go out as it is sent (`answer`),
+    so that the worker's turn-around overlaps the commit: the caller holds back the leases'
+    own commands on this node until the transaction ends, and a lease that did not commit is
+    then unknown to its Start (which never runs a handler). Once answered, a rerun of the
+    transaction (a deadlock, a plan that no longer holds) serves them no more: their replies
+    are out."""
+
+    def __init__(self, offers: Sequence[ClaimCommand], answer: Callable[[list[Any]], None] | None = None) -> None:
+        self._offers = list(offers)
+        self._answer = answer
+        self.answered = False
+
+    def offers(self) -> list[ClaimCommand]:
+        """The claims this run of the transaction may serve."""
+        return [] if self.answered else self._offers
+
+    def answer_as_commit_goes(self, tx: Tx, served: list[Any] | None) -> None:
+        if served is None or self._answer is None or not tx.deferring:
+            return
+        answer = self._answer
+
+        def send() -> None:
+            self.answered = True
+            answer(served)
+
+        tx.as_commit_goes(send)
+
+
 async def claim(
     db: Database, who: WorkerIdentity, queue_id: str, *, max_tasks: int, lease_ms: int, msg_id: str
 ) -> Result:

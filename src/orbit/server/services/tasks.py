@@ -7,7 +7,7 @@ usage rows locked in the order queue_usage -> application_usage.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,7 +47,7 @@ from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
 from . import metrics
 from .auth import Principal
-from .dispatch import ClaimCommand, ClaimReads, claim_within, read_claims_ahead
+from .dispatch import ClaimCommand, ClaimReads, Handoff, claim_within, read_claims_ahead
 from .idempotency import IdempotencyScope, Outcome, WriteRequest, insert_records, request_digest
 from .outbox import emit_many, write_audit
 
@@ -503,26 +503,27 @@ class QueuedSubmit:
 
 
 async def submit_group(db: Database, group: list[QueuedSubmit],
-                       claims: Sequence[ClaimCommand] = ()) -> tuple[list[Admission], list[Any] | None]:
+                       handoff: Handoff | None = None) -> tuple[list[Admission], list[Any] | None]:
     """Single submits of one group that arrived together, admitted in arrival order in one
     transaction: each keeps its own idempotency record, result and error. A lone submit
     is refused outright when full; a larger group decides per task under the lock.
 
-    `claims` (of the group's queue, waiting on this node) are served in the same transaction once
-    a task was admitted, after the submits' writes: the tasks are leased as they commit, without
-    a claim transaction of their own. Returns the admissions and the claims' replies (None: the
-    claims were not served and must run on their own)."""
+    The `handoff`'s claims (of the group's queue, waiting on this node) are served in the same
+    transaction once a task was admitted, after the submits' writes: the tasks are leased as they
+    commit, without a claim transaction of their own. Returns the admissions and the claims'
+    replies (None: the claims were not served and must run on their own)."""
     first = group[0]
     commands = [q.cmd for q in group]
     recheck = [None if q.verified else q.principal.credential_id for q in group]
 
     async def body(tx: Tx, optimistic: bool) -> tuple[list[Admission], list[Any] | None]:
+        claims = handoff.offers() if handoff is not None else []
         # The claims' reads travel with the submit's own: one round trip less before the COMMIT.
-        reads = read_claims_ahead(tx, list(claims)) if claims and optimistic else None
+        reads = read_claims_ahead(tx, claims) if claims and optimistic else None
         held: list[dict[str, Any]] = []
         admissions = await admit(tx, first.principal, first.queue_id, commands, optimistic=optimistic,
                                  recheck=recheck if any(recheck) else None, hold=held if reads else None)
-        return admissions, await _serve_claims(tx, claims, reads, admissions, held, optimistic=optimistic)
+        return admissions, await _serve_claims(tx, handoff, claims, reads, admissions, held, optimistic=optimistic)
 
     try:
         admissions, served = await db.lock_last(body)
@@ -534,7 +535,7 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     return admissions, served
 
 
-async def _serve_claims(tx: Tx, claims: Sequence[ClaimCommand], reads: ClaimReads | None,
+async def _serve_claims(tx: Tx, handoff: Handoff | None, claims: list[ClaimCommand], reads: ClaimReads | None,
                         admissions: list[Admission], held: list[dict[str, Any]], *,
                         optimistic: bool) -> list[Any] | None:
     """Serve the waiting `claims` once a task was admitted, then write the task rows `admit` held
@@ -542,9 +543,11 @@ async def _serve_claims(tx: Tx, claims: Sequence[ClaimCommand], reads: ClaimRead
     The claims' replies, or None when they were not served."""
     served = None
     if claims and any(a.new for a in admissions):
-        served = await claim_within(tx, list(claims), optimistic=optimistic, reads=reads,
+        served = await claim_within(tx, claims, optimistic=optimistic, reads=reads,
                                     arrived=await _arrived(tx, admissions), unwritten={r["id"]: r for r in held})
     await task_q.insert(tx, held)
+    if handoff is not None:
+        handoff.answer_as_commit_goes(tx, served)
     return served
 
 
@@ -564,7 +567,7 @@ def _item_json(a: Admission) -> dict[str, Any]:
 
 async def submit_batch(
     db: Database, principal: Principal, queue_id: str, scope: IdempotencyScope, commands: list[SubmitCommand],
-    claims: Sequence[ClaimCommand] = (),
+    handoff: Handoff | None = None,
 ) -> tuple[Outcome, list[Any] | None]:
     """One transaction for the whole batch; the batch key only recognises a replay of the batch.
 
@@ -572,13 +575,14 @@ async def submit_batch(
     instead of repeating their snapshots, and it is inserted with the commit rather than
     reserved first and rewritten.
 
-    `claims` (of the queue, waiting on this node) are served in the same transaction once an
-    item was admitted, as `submit_group` serves them: returns the outcome and the claims'
-    replies (None: they were not served and must run on their own)."""
+    The `handoff`'s claims (of the queue, waiting on this node) are served in the same
+    transaction once an item was admitted, as `submit_group` serves them: returns the outcome
+    and the claims' replies (None: they were not served and must run on their own)."""
     from .idempotency import lookup, record_new
 
     async def body(tx: Tx, optimistic: bool) -> tuple[Outcome, list[Any] | None]:
-        reads = read_claims_ahead(tx, list(claims)) if claims and optimistic else None
+        claims = handoff.offers() if handoff is not None else []
+        reads = read_claims_ahead(tx, claims) if claims and optimistic else None
         previous = await lookup(tx, scope)
         if previous is not None:
             replay = await _replay_batch(tx, scope, previous)
@@ -593,7 +597,7 @@ async def submit_batch(
         stored = [{"deduplicated": a.outcome.deduplicated, "ref": c.key} if a.outcome is not None else i
                   for a, c, i in zip(results, commands, items)]
         await record_new(tx, scope, {"results": stored}, queue_id)
-        served = await _serve_claims(tx, claims, reads, results, held, optimistic=optimistic)
+        served = await _serve_claims(tx, handoff, claims, reads, results, held, optimistic=optimistic)
         return Outcome(False, {"results": items}, queue_id), served
 
     outcome, served = await db.lock_last(body)

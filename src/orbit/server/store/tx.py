@@ -156,6 +156,8 @@ class Tx:
         self._at_commit: list[tuple[list[str], Callable[[list[list[dict[str, Any]]]], None]]] = []
         # Reads that travel with the next round trip, after its own statements (`read_ahead`).
         self._ahead: list[ReadAhead] = []
+        # Run as the COMMIT is sent, before its answer (`as_commit_goes`).
+        self._as_commit_goes: list[Callable[[], None]] = []
         # The event batch rows this transaction deferred last, while later events may join them
         # (`queries.events.insert`): one row per namespace and write, however many steps emit.
         self.open_events: Any = None
@@ -431,9 +433,18 @@ class Tx:
         else:
             then([await self.rows(s) for s in stmts])
 
+    def as_commit_goes(self, fn: Callable[[], None]) -> None:
+        """Run `fn` as this transaction's COMMIT is sent, before it is known to succeed (a
+        multi-statement connection only): for work that overlaps the commit and can tell when
+        the transaction did not commit after all."""
+        self._as_commit_goes.append(fn)
+
     async def commit_deferred(self) -> bool:
         """Send the deferred writes (and the `at_commit` reads) together with COMMIT; False when
         there were none."""
+        hooks, self._as_commit_goes = self._as_commit_goes, []
+        for fn in hooks:
+            fn()
         if not self._deferred and not self._at_commit:
             return False
         reads = [text for texts, _ in self._at_commit for text in texts]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -43,6 +44,8 @@ class WorkerHub:
         # Unique per process so that pushes are routed to this process even if node ids repeat.
         self.instance_id = f"{node_id[:40]}:{new_id()[:12]}"
         self.sessions: dict[str, WorkerSession] = {}
+        # Leases answered to a claim while their transaction commits: their commands wait for it.
+        self._committing: dict[str, asyncio.Future[None]] = {}
         self.notifier = wakeups.claims
         self._poll_began = float("-inf")  # when the latest poll began (monotonic)
         self.draining = False
@@ -74,6 +77,27 @@ class WorkerHub:
         for gc in (self.starts, self.renews, self.completes):
             await gc.stop()
         await self.claims.stop()
+
+    def hold_until_committed(self, lease_ids: list[str]) -> Callable[[], None]:
+        """The commands of these leases, answered before their transaction is known to commit,
+        wait here until it ends (the call returned); then a lease that did not commit is
+        unknown to them as to any node."""
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for lease_id in lease_ids:
+            self._committing[lease_id] = ended
+
+        def end() -> None:
+            for lease_id in lease_ids:
+                if self._committing.get(lease_id) is ended:
+                    del self._committing[lease_id]
+            if not ended.done():
+                ended.set_result(None)
+
+        return end
+
+    def committing(self, lease_id: Any) -> asyncio.Future[None] | None:
+        """What a command of this lease waits for first, if its transaction is still committing."""
+        return self._committing.get(lease_id) if type(lease_id) is str else None
 
     def register(self, session: WorkerSession) -> None:
         self.sessions[session.session_id] = session

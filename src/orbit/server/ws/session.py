@@ -306,7 +306,12 @@ class WorkerSession:
             raise DomainError("STATE_CONFLICT", "send hello first")
 
     def _command(self, frame: dict[str, Any], msg_id: str, kind: str) -> None:
-        """Queue a grouped command; its reply is written when its transaction ends."""
+        """Queue a grouped command; its reply is written when its transaction ends. A command of
+        a lease whose claim was answered while its transaction commits waits for that first."""
+        committing = self.hub.committing(frame.get("lease_id"))
+        if committing is not None:
+            committing.add_done_callback(lambda _: self._command(frame, msg_id, kind))
+            return
         started = time.perf_counter()
         try:
             fut, lease_id = self._grouped[kind](frame, msg_id)
