@@ -4,6 +4,8 @@ rather than with a statement of its own."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -59,3 +61,22 @@ async def test_a_start_reads_the_clock_with_the_usage_after_the_locks(tenant, ba
     assert not any(s.strip() == "SELECT NOW(6) AS db_now" for s in first), first
     # Locks first (tasks, then leases), then the usage with the clock.
     assert "FOR UPDATE" in first[0] and "FOR UPDATE" in first[1] and "AS db_now" in first[-1]
+
+
+async def test_a_submit_serving_a_waiting_claim_writes_the_task_and_its_lease_first(tenant, base, db, trips):
+    """The claim hears its lease as that COMMIT goes out, and its Start may reach the database
+    before the COMMIT: the rows it locks lead the round trip, so its reads wait for them."""
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
+        await w.hello(q["id"])
+        claim = asyncio.create_task(w.call("claim", id="c-first", queue_id=q["id"], max_tasks=1, wait_ms=5000))
+        await asyncio.sleep(0.3)
+        del trips[:]
+        r = await http.post(f"/v1/queues/{q['id']}/tasks", json={"payload": {"n": 1}},
+                            headers=tenant.headers(None, tenant.key()))
+        assert r.status_code == 201, r.text
+        assert (await asyncio.wait_for(claim, 5))["tasks"]
+    if db.dialect != MYSQL:
+        return
+    (commit,) = [t for t in trips if t[-1] == "COMMIT" and any(s.startswith("INSERT INTO leases") for s in t)]
+    assert commit[0].startswith("INSERT INTO tasks ") and commit[1].startswith("INSERT INTO leases "), commit

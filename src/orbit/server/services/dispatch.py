@@ -140,6 +140,9 @@ class Handoff:
         if served is None or self._answer is None or not tx.deferring:
             return
         answer = self._answer
+        # A Start of these leases may reach the database before the COMMIT: its locking reads
+        # then wait for the rows, if they are written by then.
+        tx.lead_commit(task_q.NEW_ROWS, lease_q.NEW_ROWS)
 
         def send() -> None:
             self.answered = True

@@ -158,6 +158,8 @@ class Tx:
         self._ahead: list[ReadAhead] = []
         # Run as the COMMIT is sent, before its answer (`as_commit_goes`).
         self._as_commit_goes: list[Callable[[], None]] = []
+        # Deferred statements that lead the COMMIT's round trip, by their first words (`lead_commit`).
+        self._leading: tuple[str, ...] = ()
         # The event batch rows this transaction deferred last, while later events may join them
         # (`queries.events.insert`): one row per namespace and write, however many steps emit.
         self.open_events: Any = None
@@ -439,9 +441,22 @@ class Tx:
         the transaction did not commit after all."""
         self._as_commit_goes.append(fn)
 
+    def lead_commit(self, *heads: str) -> None:
+        """Put the deferred statements that begin with these `heads` first in the COMMIT's round
+        trip, in this order (the others keep theirs): rows that another transaction may soon
+        wait for are then written, and held, at its very start."""
+        self._leading = heads
+
+    def _lead(self) -> None:
+        heads = self._leading
+        if heads and self._deferred:
+            rank = {h: i for i, h in enumerate(heads)}
+            self._deferred.sort(key=lambda t: next((rank[h] for h in heads if t.startswith(h)), len(heads)))
+
     async def commit_deferred(self) -> bool:
         """Send the deferred writes (and the `at_commit` reads) together with COMMIT; False when
         there were none."""
+        self._lead()
         hooks, self._as_commit_goes = self._as_commit_goes, []
         for fn in hooks:
             fn()

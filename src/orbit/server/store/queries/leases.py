@@ -16,6 +16,7 @@ _LOCKED_COLS = ("id, task_id, queue_id, application_id, namespace_id, credential
                 "complete_msg_id, complete_response, late_reports")
 
 INSERT = Stmt(f"INSERT INTO leases ({', '.join(COLUMNS)}) VALUES ({placeholders(len(COLUMNS))})")
+NEW_ROWS = "INSERT INTO leases "  # how `INSERT`'s statements begin (`Tx.lead_commit`)
 
 
 def locate(lease_ids: list[str]) -> Stmt:

@@ -18,6 +18,7 @@ COLUMNS = ("id", "namespace_id", "application_id", "queue_id", "schedule_id", "t
 _ALL = ", ".join(COLUMNS)
 _WITHOUT_PAYLOAD = ", ".join(c for c in COLUMNS if c != "payload")
 _INSERT = Stmt(f"INSERT INTO tasks ({_ALL}) VALUES ({placeholders(len(COLUMNS))})")
+NEW_ROWS = "INSERT INTO tasks "  # how `insert`'s statements begin (`Tx.lead_commit`)
 
 
 async def insert(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
