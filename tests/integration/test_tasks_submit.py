@@ -242,6 +242,10 @@ async def test_available_at_window(tenant):
         await rejected(tenant, q, {"payload": 1, "available_at": fmt(now + offset)}, "available_at")
     for bad in ("2026-11-29", "2026-11-29T22:21:53", "tomorrow", "", "2026-13-40T00:00:00Z", 1764454913):
         await rejected(tenant, q, {"payload": 1, "available_at": bad}, "available_at")
+    # Well formed, but no instant in UTC's range: the field's error, not a 500.
+    for field in ("available_at", "start_deadline_at", "deadline_at"):
+        await rejected(tenant, q, {"payload": 1, field: "0001-01-01T00:00:00+01:00"}, field)
+        await rejected(tenant, q, {"payload": 1, field: "9999-12-31T23:59:59-01:00"}, field)
     assert await snapshot(tenant, q["id"]) == before
 
 

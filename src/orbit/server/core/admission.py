@@ -24,6 +24,15 @@ class TaskTimes:
     deadline_at: datetime | None
 
 
+def _instant(field: str, value: str) -> datetime:
+    """A request's timestamp as naive UTC; one the model let through that still has no UTC
+    instant (year 1 with a positive offset, say) is the field's error, not the server's."""
+    try:
+        return parse_rfc3339(value)
+    except ValueError as exc:
+        raise TimeRuleError(field, str(exc)) from None
+
+
 def resolve_times(
     now: datetime,
     *,
@@ -38,21 +47,21 @@ def resolve_times(
         raise TimeRuleError("deadline_seconds", "give deadline_at or deadline_seconds, not both")
     avail = now
     if available_at is not None:
-        avail = parse_rfc3339(available_at)
+        avail = _instant("available_at", available_at)
         if avail < now - AVAILABLE_AT_PAST:
             raise TimeRuleError("available_at", "must not be more than 5 minutes in the past")
         if avail > now + AVAILABLE_AT_FUTURE:
             raise TimeRuleError("available_at", "must not be more than 366 days in the future")
     start_deadline = None
     if start_deadline_at is not None:
-        start_deadline = parse_rfc3339(start_deadline_at)
+        start_deadline = _instant("start_deadline_at", start_deadline_at)
         if start_deadline <= now:
             raise TimeRuleError("start_deadline_at", "has already passed")
         if start_deadline <= avail:
             raise TimeRuleError("start_deadline_at", "must be after available_at")
     deadline = None
     if deadline_at is not None:
-        deadline = parse_rfc3339(deadline_at)
+        deadline = _instant("deadline_at", deadline_at)
         if deadline <= now:
             raise TimeRuleError("deadline_at", "has already passed")
     elif deadline_seconds is not None:
