@@ -65,7 +65,8 @@ async def test_a_start_reads_the_clock_with_the_usage_after_the_locks(tenant, ba
 
 async def test_a_submit_serving_a_waiting_claim_writes_the_task_and_its_lease_first(tenant, base, db, trips):
     """The claim hears its lease as that COMMIT goes out, and its Start may reach the database
-    before the COMMIT: the rows it locks lead the round trip, so its reads wait for them."""
+    before the COMMIT: the rows it locks lead the round trip, so its reads wait for them. The
+    usage rows are written once each."""
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
         await w.hello(q["id"])
@@ -80,3 +81,7 @@ async def test_a_submit_serving_a_waiting_claim_writes_the_task_and_its_lease_fi
         return
     (commit,) = [t for t in trips if t[-1] == "COMMIT" and any(s.startswith("INSERT INTO leases") for s in t)]
     assert commit[0].startswith("INSERT INTO tasks ") and commit[1].startswith("INSERT INTO leases "), commit
+    # Each usage row takes its backlog slot and its permit in one UPDATE.
+    for table in ("queue_usage", "application_usage"):
+        (update,) = [s for s in commit if s.startswith(f"UPDATE {table} ")]
+        assert "unfinished = CASE" in update and "permits_in_use = CASE" in update, update

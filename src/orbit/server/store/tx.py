@@ -163,6 +163,9 @@ class Tx:
         # The event batch rows this transaction deferred last, while later events may join them
         # (`queries.events.insert`): one row per namespace and write, however many steps emit.
         self.open_events: Any = None
+        # Usage-row UPDATEs still waiting, per (table, key), that a later write of the same row
+        # may join (`queries.usage`): one statement per row instead of one per step.
+        self.open_usage: dict[tuple[str, str], Any] = {}
 
     # ---------------------------------------------------------------- clock
 

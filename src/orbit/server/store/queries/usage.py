@@ -379,8 +379,17 @@ class UsageChanges:
             n, rate, now = counted
             sets += [COUNT_STARTS_USED, COUNT_STARTS_START]  # in this order: the first reads the old start
             params += [now, now, n, rate, n, n, rate, n, now, now]
-        if sets:
-            await tx.defer(Stmt(f"UPDATE {table} SET {', '.join(sets)} WHERE {key_column} = ?", [*params, key]))
+        if not sets:
+            return
+        waiting = tx.open_usage.pop((table, key), None)
+        if waiting is not None:
+            # The row's backlog slots, still waiting: one UPDATE takes both (slots first, as sent).
+            handle, first_sets, first_params = waiting
+            merged = Stmt(f"UPDATE {table} SET {first_sets}, {', '.join(sets)} WHERE {key_column} = ?",
+                          [*first_params, *params, key])
+            if tx.revise(handle, merged):
+                return
+        await tx.defer(Stmt(f"UPDATE {table} SET {', '.join(sets)} WHERE {key_column} = ?", [*params, key]))
 
 
 # `core.limits.count_starts` in SQL. The window is open at `now` when it started at most a second
@@ -421,12 +430,10 @@ def _counter_sets(counters: Counters) -> tuple[list[str], list[Any]]:
 
 
 # `core.limits.backlog_fits` in SQL, for the queue's and the application's usage rows.
-_TAKE_QUEUE_SLOTS = ("UPDATE queue_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks "
-                     "FROM queues WHERE id = ?) THEN unfinished + ? ELSE NULL END, "
-                     "priority_levels = priority_levels | ? WHERE queue_id = ?")
-_TAKE_APP_SLOTS = ("UPDATE application_usage SET unfinished = CASE WHEN unfinished + ? <= (SELECT "
-                   "max_unfinished_tasks FROM applications WHERE id = ?) THEN unfinished + ? ELSE NULL END "
-                   "WHERE application_id = ?")
+_TAKE_QUEUE_SETS = ("unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks FROM queues WHERE id = ?) "
+                    "THEN unfinished + ? ELSE NULL END, priority_levels = priority_levels | ?")
+_TAKE_APP_SETS = ("unfinished = CASE WHEN unfinished + ? <= (SELECT max_unfinished_tasks FROM applications "
+                  "WHERE id = ?) THEN unfinished + ? ELSE NULL END")
 _TAKE_QUEUE_SLOTS_IF = ("UPDATE queue_usage SET unfinished = unfinished + ?, priority_levels = priority_levels | ? "
                         "WHERE queue_id = ? "
                         "AND unfinished + ? <= (SELECT max_unfinished_tasks FROM queues WHERE id = ?)")
@@ -445,8 +452,11 @@ async def take_backlog_slots(tx: Tx, queue_id: str, application_id: str, n: int,
     """
     if tx.deferring:
         tx.guard_refusal_means(PlanNoLongerHolds)
-        await tx.defer(Stmt(_TAKE_QUEUE_SLOTS, (n, queue_id, n, levels, queue_id)))
-        await tx.defer(Stmt(_TAKE_APP_SLOTS, (n, application_id, n, application_id)))
+        for layer, key, sets, params in ((QUEUE, queue_id, _TAKE_QUEUE_SETS, [n, queue_id, n, levels]),
+                                         (APPLICATION, application_id, _TAKE_APP_SETS, [n, application_id, n])):
+            table, key_column = _TABLES[layer]
+            handle = await tx.defer_revisable(Stmt(f"UPDATE {table} SET {sets} WHERE {key_column} = ?", [*params, key]))
+            tx.open_usage[(table, key)] = (handle, sets, params)
         return None
     taken, app_taken = await tx.counts([Stmt(_TAKE_QUEUE_SLOTS_IF, (n, levels, queue_id, n, queue_id)),
                                         Stmt(_TAKE_APP_SLOTS_IF, (n, application_id, n, application_id))])
