@@ -346,24 +346,26 @@ async def test_a_task_naming_a_resource_key_is_written_before_the_claim_takes_it
 
 @pytest.fixture
 def held_commit(monkeypatch):
-    """On MariaDB, the COMMIT round trip of a transaction that writes leases goes out late
-    (`writes_first`: its writes go at once, alone, and the COMMIT later), or fails once (`fail`):
-    what a waiting claim's reply must not depend on. `starts` counts Start transactions."""
-    state = {"delay": 0.5, "fail": False, "writes_first": False, "held": 0, "starts": 0, "written": asyncio.Event()}
+    """On MariaDB, the COMMIT of a transaction that wrote leases goes out late, or fails once
+    (set `fail`): what a waiting claim's reply must not depend on. `starts` counts Start
+    transactions; `written` is set once such a transaction's writes are made."""
+    state = {"delay": 0.5, "fail": False, "held": 0, "starts": 0, "written": asyncio.Event()}
     real = Tx._run_mysql
     real_start = dispatch.start
 
     async def run(self, statements):
-        if statements and statements[-1] == "COMMIT" and any(d.startswith("INSERT INTO leases") for d in self._deferred):
+        leases = any(d.startswith("INSERT INTO leases") for d in self._deferred)
+        if statements == ["COMMIT"] and getattr(self, "_wrote_leases", False):
             state["held"] += 1
             if state["fail"]:
                 state["fail"] = False
                 raise OperationalError(1213, "Deadlock found when trying to get lock")
-            if state["writes_first"]:
-                await real(self, [])
-                state["written"].set()
             await asyncio.sleep(state["delay"])
-        return await real(self, statements)
+        out = await real(self, statements)
+        if leases:
+            self._wrote_leases = True
+            state["written"].set()
+        return out
 
     async def start(db, commands):
         state["starts"] += 1
@@ -374,28 +376,22 @@ def held_commit(monkeypatch):
     return state
 
 
-@pytest.mark.parametrize("writes_first", [False, True], ids=["commit-held", "writes-then-commit-held"])
-async def test_a_served_claim_is_answered_as_the_commit_goes_and_its_start_waits_for_it(
-        tenant, base, held_commit, writes_first):
-    """The claim hears its lease while the submit's COMMIT is out. Its Start goes at once: with
-    the rows written, its locking reads wait in the database for the commit; with none yet, it
-    finds no lease and runs once more after the commit. Either way it starts the attempt."""
-    held_commit["writes_first"] = writes_first
+async def test_a_served_claim_is_answered_as_the_commit_goes_and_its_start_waits_for_it(tenant, base, held_commit):
+    """The claim hears its lease once the submit's writes are made and its guards held, while
+    its COMMIT is out. Its Start goes at once: its locking reads wait in the database for the
+    commit, and it starts the attempt in one transaction."""
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
         await w.hello(q["id"])
         claim = await _waiting_claim(w, q["id"], "c-early")
         submit = asyncio.create_task(_submit(tenant, http, q["id"]))
         (lease,) = (await asyncio.wait_for(claim, 5))["tasks"]
-        mysql = tenant.db.dialect == MYSQL
-        if mysql:
-            assert held_commit["held"] == 1 and not submit.done()  # answered while its COMMIT is out
-            if writes_first:
-                await asyncio.wait_for(held_commit["written"].wait(), 5)
+        if tenant.db.dialect == MYSQL:
+            assert held_commit["written"].is_set() and held_commit["held"] == 1 and not submit.done()
         started = await w.call("start", lease_id=lease["lease_id"])
         assert (await submit).status_code == 201
         assert started["ok"] and started["attempt"] == 1
-        assert held_commit["starts"] == (2 if mysql and not writes_first else 1)
+        assert held_commit["starts"] == 1
         (lease_row,) = await _rows(tenant, leases, leases.c.id, lease["lease_id"])
         (task_row,) = await _rows(tenant, tasks, tasks.c.id, lease["task_id"])
         assert lease_row["started_at"] is not None and task_row["state"] == "RUNNING"
@@ -403,8 +399,8 @@ async def test_a_served_claim_is_answered_as_the_commit_goes_and_its_start_waits
 
 async def test_a_claim_answered_before_a_failed_commit_is_unknown_to_its_start_and_the_task_waits(
         tenant, base, held_commit):
-    """The transaction that answered the claim did not commit; its rerun serves the claim no
-    more (its reply is out), so the task waits for another claim and the lease never existed."""
+    """The transaction that answered the claim failed at its COMMIT; its rerun serves the claim
+    no more (its reply is out), so the task waits for another claim and the lease never existed."""
     held_commit["fail"] = True
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:

@@ -64,9 +64,9 @@ async def test_a_start_reads_the_clock_with_the_usage_after_the_locks(tenant, ba
 
 
 async def test_a_submit_serving_a_waiting_claim_writes_the_task_and_its_lease_first(tenant, base, db, trips):
-    """The claim hears its lease as that COMMIT goes out, and its Start may reach the database
-    before the COMMIT: the rows it locks lead the round trip, so its reads wait for them. The
-    usage rows are written once each."""
+    """The claim hears its lease once the writes are made, as the COMMIT goes out alone, and its
+    Start may reach the database before the COMMIT: the rows it locks lead the writes, so its
+    reads wait for them. The usage rows are written once each."""
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
         await w.hello(q["id"])
@@ -79,7 +79,10 @@ async def test_a_submit_serving_a_waiting_claim_writes_the_task_and_its_lease_fi
         assert (await asyncio.wait_for(claim, 5))["tasks"]
     if db.dialect != MYSQL:
         return
-    (commit,) = [t for t in trips if t[-1] == "COMMIT" and any(s.startswith("INSERT INTO leases") for s in t)]
+    # The writes go alone, then the COMMIT: the claim is answered in between.
+    (i,) = [i for i, t in enumerate(trips) if any(s.startswith("INSERT INTO leases") for s in t)]
+    commit = trips[i]
+    assert commit[-1] != "COMMIT" and trips[i + 1] == ["COMMIT"], trips[i:i + 2]
     assert commit[0].startswith("INSERT INTO tasks ") and commit[1].startswith("INSERT INTO leases "), commit
     # Each usage row takes its backlog slot and its permit in one UPDATE.
     for table in ("queue_usage", "application_usage"):

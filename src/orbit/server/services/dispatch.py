@@ -120,12 +120,12 @@ class ClaimCommand:
 class Handoff:
     """The claims waiting on this node that a submit's transaction serves.
 
-    Where the COMMIT travels with the writes, their replies go out as it is sent (`answer`),
-    so that the worker's turn-around overlaps the commit: the caller holds back the leases'
-    own commands on this node until the transaction ends, and a lease that did not commit is
-    then unknown to its Start (which never runs a handler). Once answered, a rerun of the
-    transaction (a deadlock, a plan that no longer holds) serves them no more: their replies
-    are out."""
+    Where writes wait for the COMMIT, their replies go out once every write has been made and
+    every guard has held, as the COMMIT goes out (`answer`), so that the worker's turn-around
+    overlaps the commit's flush: the caller holds back the leases' own commands on this node
+    until the transaction ends, and a lease whose COMMIT failed after all (a lost connection)
+    is then unknown to its Start, which never runs a handler. Once answered, a rerun of the
+    transaction serves them no more: their replies are out."""
 
     def __init__(self, offers: Sequence[ClaimCommand], answer: Callable[[list[Any]], None] | None = None) -> None:
         self._offers = list(offers)
@@ -141,7 +141,7 @@ class Handoff:
             return
         answer = self._answer
         # A Start of these leases may reach the database before the COMMIT: its locking reads
-        # then wait for the rows, if they are written by then.
+        # then wait there for the rows, which are written (and locked) first.
         tx.lead_commit(task_q.NEW_ROWS, lease_q.NEW_ROWS)
 
         def send() -> None:

@@ -439,9 +439,10 @@ class Tx:
             then([await self.rows(s) for s in stmts])
 
     def as_commit_goes(self, fn: Callable[[], None]) -> None:
-        """Run `fn` as this transaction's COMMIT is sent, before it is known to succeed (a
-        multi-statement connection only): for work that overlaps the commit and can tell when
-        the transaction did not commit after all."""
+        """Run `fn` once every write of this transaction has been made, each guard held and its
+        rows locked, as the COMMIT goes out, before it is known to be durable (a multi-statement
+        connection only): for work that overlaps the commit's flush. The writes then travel in
+        a round trip of their own, and the COMMIT alone after them."""
         self._as_commit_goes.append(fn)
 
     def lead_commit(self, *heads: str) -> None:
@@ -461,15 +462,19 @@ class Tx:
         there were none."""
         self._lead()
         hooks, self._as_commit_goes = self._as_commit_goes, []
-        for fn in hooks:
-            fn()
         if not self._deferred and not self._at_commit:
+            for fn in hooks:
+                fn()
             return False
         reads = [text for texts, _ in self._at_commit for text in texts]
-        results = await self._run_mysql([*reads, "COMMIT"])
+        results = await self._run_mysql(reads if hooks else [*reads, "COMMIT"])
         rows = iter([r for _, r in results[:len(reads)]])
         for texts, then in self._at_commit:
             then([next(rows) for _ in texts])
+        if hooks:
+            for fn in hooks:
+                fn()
+            await self._run_mysql(["COMMIT"])
         return True
 
     # ---------------------------------------------------------------- SQLAlchemy Core (tests, tools)

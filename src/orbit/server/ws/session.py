@@ -313,9 +313,9 @@ class WorkerSession:
         """Queue a grouped command; its reply is written when its transaction ends.
 
         A lease whose claim was answered while its transaction commits: a Start goes at once
-        (its locking reads wait in the database for the rows, which that COMMIT's round trip
-        writes first) and, should it find none yet, once more after the commit; its other
-        commands wait for the commit here."""
+        (its locking reads wait in the database for the rows that transaction holds) and, should
+        it find none, once more after the transaction ended; its other commands wait for that
+        here."""
         committing = self.hub.committing(frame.get("lease_id"))
         if committing is not None and kind != "start":
             committing.add_done_callback(lambda _: self._command(frame, msg_id, kind))
