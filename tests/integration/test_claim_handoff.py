@@ -121,12 +121,13 @@ async def test_a_submit_serves_its_waiting_claim_in_dispatch_order(tenant, base,
         await w.hello(q["id"])
         claim = asyncio.create_task(w.call("claim", id="c-1", queue_id=q["id"], max_tasks=1, wait_ms=5000))
         await asyncio.sleep(0.3)
-        soon = (datetime.now(UTC) + timedelta(seconds=0.4)).isoformat()
+        # Due a second from now: not yet when the submit admits it, even on a slow machine.
+        soon = (datetime.now(UTC) + timedelta(seconds=1.0)).isoformat()
         r = await http.post(f"/v1/queues/{q['id']}/tasks", json={"payload": {"n": 0}, "available_at": soon},
                             headers=tenant.headers(None, tenant.key()))
         assert r.status_code == 201, r.text
         early_id = r.json()["data"]["task"]["id"]
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(1.5)
         assert not claim.done()  # due now, but nothing woke the claim
         r = await http.post(f"/v1/queues/{q['id']}/tasks", json={"payload": {"n": 1}, "priority": priority},
                             headers=tenant.headers(None, tenant.key()))
