@@ -37,6 +37,15 @@ async def _submit(tenant, http: httpx.AsyncClient, queue_id: str) -> httpx.Respo
     return await http.post(f"/v1/queues/{queue_id}/tasks", json={"payload": {"n": 1}}, headers=tenant.headers(None, tenant.key()))
 
 
+async def _served_while_waiting(tenant, w: Worker, http: httpx.AsyncClient, queue_id: str,
+                                msg_id: str) -> tuple[str, dict]:
+    """A task submitted while a claim waits on its node: its id and that claim's reply."""
+    claim = await _waiting_claim(w, queue_id, msg_id)
+    r = await _submit(tenant, http, queue_id)
+    assert r.status_code == 201, r.text
+    return r.json()["data"]["task"]["id"], await asyncio.wait_for(claim, 5)
+
+
 async def _running(tenant, w: Worker, http: httpx.AsyncClient, queue_id: str) -> dict:
     """A task submitted while a claim waits, leased to that claim and started: its lease."""
     first = await _waiting_claim(w, queue_id, "c-1")
@@ -50,11 +59,7 @@ async def test_a_submit_leases_its_task_to_the_claim_waiting_on_its_node(tenant,
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
         await w.hello(q["id"])
-        claim = await _waiting_claim(w, q["id"], "c-wait")
-        r = await _submit(tenant, http, q["id"])
-        assert r.status_code == 201, r.text
-        task_id = r.json()["data"]["task"]["id"]
-        got = await asyncio.wait_for(claim, 5)
+        task_id, got = await _served_while_waiting(tenant, w, http, q["id"], "c-wait")
         assert got["ok"] and [t["task_id"] for t in got["tasks"]] == [task_id]
         lease_id = got["tasks"][0]["lease_id"]
         (task_row,) = await _rows(tenant, tasks, tasks.c.id, task_id)
@@ -406,11 +411,7 @@ async def test_a_claim_answered_before_a_failed_commit_is_unknown_to_its_start_a
     q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as http:
         await w.hello(q["id"])
-        claim = await _waiting_claim(w, q["id"], "c-lost")
-        r = await _submit(tenant, http, q["id"])
-        assert r.status_code == 201, r.text
-        task_id = r.json()["data"]["task"]["id"]
-        got = await asyncio.wait_for(claim, 5)
+        task_id, got = await _served_while_waiting(tenant, w, http, q["id"], "c-lost")
         if tenant.db.dialect != MYSQL:
             return  # no COMMIT travels with the writes: the claim was answered after it
         (phantom,) = got["tasks"]  # of the transaction that did not commit (the rerun gave new ids)

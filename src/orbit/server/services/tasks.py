@@ -47,7 +47,7 @@ from ..store.queries.usage import UsageChanges
 from ..store.tx import Tx
 from . import metrics
 from .auth import Principal
-from .dispatch import ClaimCommand, ClaimReads, Handoff, claim_within, read_claims_ahead
+from .dispatch import ClaimReads, Handoff, claim_within, read_claims_ahead
 from .idempotency import IdempotencyScope, Outcome, WriteRequest, insert_records, request_digest
 from .outbox import emit_many, write_audit
 
@@ -516,14 +516,16 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     commands = [q.cmd for q in group]
     recheck = [None if q.verified else q.principal.credential_id for q in group]
 
+    offered = handoff or Handoff(())
+
     async def body(tx: Tx, optimistic: bool) -> tuple[list[Admission], list[Any] | None]:
-        claims = handoff.offers() if handoff is not None else []
+        claims = offered.offers()
         # The claims' reads travel with the submit's own: one round trip less before the COMMIT.
         reads = read_claims_ahead(tx, claims) if claims and optimistic else None
         held: list[dict[str, Any]] = []
         admissions = await admit(tx, first.principal, first.queue_id, commands, optimistic=optimistic,
                                  recheck=recheck if any(recheck) else None, hold=held if reads else None)
-        return admissions, await _serve_claims(tx, handoff, claims, reads, admissions, held, optimistic=optimistic)
+        return admissions, await _serve_claims(tx, offered, reads, admissions, held, optimistic=optimistic)
 
     try:
         admissions, served = await db.lock_last(body)
@@ -535,19 +537,18 @@ async def submit_group(db: Database, group: list[QueuedSubmit],
     return admissions, served
 
 
-async def _serve_claims(tx: Tx, handoff: Handoff | None, claims: list[ClaimCommand], reads: ClaimReads | None,
-                        admissions: list[Admission], held: list[dict[str, Any]], *,
-                        optimistic: bool) -> list[Any] | None:
-    """Serve the waiting `claims` once a task was admitted, then write the task rows `admit` held
-    back for them: a task leased here is inserted LEASED rather than inserted and then updated.
-    The claims' replies, or None when they were not served."""
+async def _serve_claims(tx: Tx, handoff: Handoff, reads: ClaimReads | None, admissions: list[Admission],
+                        held: list[dict[str, Any]], *, optimistic: bool) -> list[Any] | None:
+    """Serve the `handoff`'s waiting claims once a task was admitted, then write the task rows
+    `admit` held back for them: a task leased here is inserted LEASED rather than inserted and
+    then updated. The claims' replies, or None when they were not served."""
     served = None
+    claims = handoff.offers()
     if claims and any(a.new for a in admissions):
         served = await claim_within(tx, claims, optimistic=optimistic, reads=reads,
                                     arrived=await _arrived(tx, admissions), unwritten={r["id"]: r for r in held})
     await task_q.insert(tx, held)
-    if handoff is not None:
-        handoff.answer_as_commit_goes(tx, served)
+    handoff.answer_as_commit_goes(tx, served)
     return served
 
 
@@ -580,8 +581,10 @@ async def submit_batch(
     and the claims' replies (None: they were not served and must run on their own)."""
     from .idempotency import lookup, record_new
 
+    offered = handoff or Handoff(())
+
     async def body(tx: Tx, optimistic: bool) -> tuple[Outcome, list[Any] | None]:
-        claims = handoff.offers() if handoff is not None else []
+        claims = offered.offers()
         reads = read_claims_ahead(tx, claims) if claims and optimistic else None
         previous = await lookup(tx, scope)
         if previous is not None:
@@ -597,7 +600,7 @@ async def submit_batch(
         stored = [{"deduplicated": a.outcome.deduplicated, "ref": c.key} if a.outcome is not None else i
                   for a, c, i in zip(results, commands, items)]
         await record_new(tx, scope, {"results": stored}, queue_id)
-        served = await _serve_claims(tx, handoff, claims, reads, results, held, optimistic=optimistic)
+        served = await _serve_claims(tx, offered, reads, results, held, optimistic=optimistic)
         return Outcome(False, {"results": items}, queue_id), served
 
     outcome, served = await db.lock_last(body)

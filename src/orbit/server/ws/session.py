@@ -108,10 +108,6 @@ def reply_frame(msg_id: str, result: dispatch.Result) -> dict[str, Any]:
     return {"reply_to": msg_id, "ok": True, **result}
 
 
-def _no_lease_yet(result: dispatch.Result) -> bool:
-    return isinstance(result, DomainError) and result.code == "NOT_FOUND"
-
-
 def _invalid(message: str) -> DomainError:
     return DomainError("INVALID_ARGUMENT", message)
 
@@ -313,11 +309,10 @@ class WorkerSession:
         """Queue a grouped command; its reply is written when its transaction ends.
 
         A lease whose claim was answered while its transaction commits: a Start goes at once
-        (its locking reads wait in the database for the rows that transaction holds) and, should
-        it find none, once more after the transaction ended; its other commands wait for that
-        here."""
-        committing = self.hub.committing(frame.get("lease_id"))
-        if committing is not None and kind != "start":
+        (its locking reads wait in the database for the rows that transaction wrote and holds);
+        its other commands wait here for the transaction to end."""
+        committing = self.hub.committing(frame.get("lease_id")) if kind != "start" else None
+        if committing is not None:
             committing.add_done_callback(lambda _: self._command(frame, msg_id, kind))
             return
         started = time.perf_counter()
@@ -332,19 +327,7 @@ class WorkerSession:
             _log_unexpected("frame_failed", self.session_id, exc, type=kind)
             self._answer(msg_id, _unavailable())
             return
-        if committing is not None:
-            fut.add_done_callback(partial(self._started_early, frame, msg_id, committing, started))
-            return
         fut.add_done_callback(partial(self._commanded, msg_id, kind, lease_id, started))
-
-    def _started_early(self, frame: dict[str, Any], msg_id: str, committing: asyncio.Future[None],
-                       started: float, fut: asyncio.Future) -> None:
-        """A Start sent while its lease's transaction committed: one that found no lease (it
-        wrote nothing) runs again once that transaction has ended."""
-        if not fut.cancelled() and fut.exception() is None and _no_lease_yet(fut.result()):
-            committing.add_done_callback(lambda _: self._command(frame, msg_id, "start"))
-            return
-        self._commanded(msg_id, "start", frame["lease_id"], started, fut)
 
     def _commanded(self, msg_id: str, kind: str, lease_id: str, started: float, fut: asyncio.Future) -> None:
         self._in_flight.release()
