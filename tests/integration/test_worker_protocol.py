@@ -11,6 +11,7 @@ from orbit.server.config import Settings
 from orbit.server.errors import DomainError
 from orbit.server.services import dispatch
 from orbit.server.store.tables import queue_usage
+from orbit.server.ws import session as worker_session
 
 from .worker_client import Worker, serve
 
@@ -485,6 +486,36 @@ async def test_sessions_answer_through_plain_asgi_sends_too(tenant, db, db_url):
         assert (await w.call("complete", lease_id=first["lease_id"], outcome="succeeded"))["task_state"] == "SUCCEEDED"
         assert (await w.call("release", lease_id=second["lease_id"]))["task_state"] == "WAITING"
     assert (await task(tenant, ids[0]))["state"] == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("ws_protocol", [None, "websockets-sansio"], ids=["orbit-protocol", "plain-asgi"])
+async def test_a_session_reads_no_frame_beyond_its_slots_until_one_is_answered(tenant, db, db_url, monkeypatch,
+                                                                               ws_protocol):
+    """Every frame holds a slot until it is answered: with both slots held by long-polling
+    claims, the frames sent after them wait unread, and are all read and answered, in order,
+    once the claims are; on the server's direct frame path as through ASGI."""
+    monkeypatch.setattr(worker_session, "MAX_IN_FLIGHT", 2)
+    app = create_app(Settings(database_url=db_url, node_id="t", background_loops=False), db)
+    q = await tenant.create_queue()
+    loop = asyncio.get_running_loop()
+    async with serve(app, ws=ws_protocol) as url, Worker.connect(url, tenant.token) as w:
+        await w.hello(q["id"])
+
+        async def timed(call):
+            reply = await call
+            return reply, loop.time()
+
+        claims = [asyncio.create_task(timed(w.call("claim", queue_id=q["id"], max_tasks=1, wait_ms=1000)))
+                  for _ in range(2)]
+        await asyncio.sleep(0.2)
+        pings = [asyncio.create_task(timed(w.call("ping"))) for _ in range(3)]
+        await asyncio.sleep(0.4)
+        assert not any(p.done() for p in pings)
+        claimed = await asyncio.gather(*claims)
+        pinged = await asyncio.gather(*pings)
+    assert [r for r, _ in claimed] == [{"reply_to": r["reply_to"], "ok": True, "tasks": []} for r, _ in claimed]
+    assert all(r["ok"] and r["type"] == "pong" for r, _ in pinged)
+    assert min(t for _, t in pinged) >= min(t for _, t in claimed)
 
 
 async def test_a_claim_leases_each_task_once_while_another_claim_changes_the_known_levels(

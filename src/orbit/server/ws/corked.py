@@ -9,6 +9,7 @@ to the socket once, in order, before the loop next waits for I/O.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ..._cork import CorkedTransport
@@ -21,6 +22,8 @@ except ImportError:  # uvicorn < 0.35
 
 # The ASGI scope extension through which a session writes text frames without the ASGI send chain.
 SEND_TEXT_NOW = "orbit.websocket.send_text_now"
+# The one through which it takes text messages as they are parsed, without the ASGI receive chain.
+RECEIVE_TEXT_NOW = "orbit.websocket.receive_text_now"
 
 
 def websocket_protocol() -> Any:
@@ -34,6 +37,9 @@ def websocket_protocol() -> Any:
         extensions): a session answers a grouped command from the transaction's callback,
         without a task and three `await` layers per reply frame."""
 
+        _on_text: Callable[[bytes], None] | None = None
+        _held = False  # the session stopped reading: too many of its frames are in flight
+
         def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
             super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
 
@@ -42,6 +48,48 @@ def websocket_protocol() -> Any:
             scope = getattr(self, "scope", None)
             if scope is not None:
                 scope["extensions"][SEND_TEXT_NOW] = self.send_text_now
+                scope["extensions"][RECEIVE_TEXT_NOW] = self.receive_text_now
+
+        def receive_text_now(self, on_text: Callable[[bytes], None]) -> Callable[[bool], None]:
+            """From now on, hand every whole text message (UTF-8 checked) to `on_text` as it is
+            parsed, in order: no queue, no task to wake, and no pause of the socket after each
+            message as the ASGI path makes. Text messages already queued go first. Other messages
+            (binary, the disconnect) still come through `receive`. Returns `hold`: `hold(True)`
+            stops reading the socket, `hold(False)` reads again (the session's flow control)."""
+            self._on_text = on_text
+            queued = []
+            while not self.queue.empty():
+                queued.append(self.queue.get_nowait())
+            for message in queued:
+                if message.get("type") == "websocket.receive" and message.get("text") is not None:
+                    on_text(message["text"].encode())
+                else:
+                    self.queue.put_nowait(message)
+            if self.read_paused and self.queue.empty():
+                self.read_paused = False
+                if not self._held:
+                    self.transport.resume_reading()
+            return self._hold
+
+        def _hold(self, held: bool) -> None:
+            if held == self._held:
+                return
+            self._held = held
+            if self.transport.is_closing():
+                return
+            if held:
+                self.transport.pause_reading()
+            elif not self.read_paused:
+                self.transport.resume_reading()
+
+        async def receive(self) -> Any:
+            """As uvicorn's, except that a socket the session holds stays paused."""
+            message = await self.queue.get()
+            if self.read_paused and self.queue.empty():
+                self.read_paused = False
+                if not self._held:
+                    self.transport.resume_reading()
+            return message
 
         def send_receive_event_to_app(self) -> None:
             """A text message that is not UTF-8 closes the socket with 1008, as any frame that is
@@ -57,6 +105,10 @@ def websocket_protocol() -> Any:
                         self.conn.send_close(1008, "frames must be UTF-8 JSON text")
                         self.handle_parser_exception()
                         return
+                if self._on_text is not None:
+                    self.frames = []
+                    self._on_text(data)
+                    return
             super().send_receive_event_to_app()
 
         def send_text_now(self, text: str) -> bool:

@@ -16,6 +16,8 @@ import contextlib
 import logging
 import time
 import traceback
+from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -29,7 +31,7 @@ from ..errors import DatabaseUnavailable, DomainError
 from ..services import dispatch, workers
 from ..services.auth import Principal
 from ..wakeups import TIMED_OUT
-from .corked import SEND_TEXT_NOW
+from .corked import RECEIVE_TEXT_NOW, SEND_TEXT_NOW
 from .hub import WorkerHub
 
 log = structlog.get_logger("orbit.ws")
@@ -71,10 +73,54 @@ def _check_storable(result: Any) -> None:
         raise _invalid("result: nested too deeply to store (at most 250 levels)") from None
 
 
-def _too_large(raw: str) -> bool:
+def _too_large(raw: str | bytes) -> bool:
     """Whether a text frame is over the limit in bytes (a character may take four of them);
     encoded only when its length in characters leaves any doubt."""
+    if not isinstance(raw, str):
+        return len(raw) > MAX_FRAME_BYTES
     return len(raw) > MAX_FRAME_BYTES or (len(raw) > MAX_FRAME_BYTES // 4 and len(raw.encode()) > MAX_FRAME_BYTES)
+
+
+def _read(raw: str | bytes) -> tuple[dict[str, Any], str] | str:
+    """A text frame's object and id; or why the socket closes for it (1008): too large, not a
+    JSON object (not JSON, nested too deep, a number out of range), no usable id."""
+    if _too_large(raw):
+        return f"frame too large (at most {MAX_FRAME_BYTES} bytes)"
+    try:
+        frame = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return "malformed frame without a usable id"
+    msg_id = frame.get("id") if isinstance(frame, dict) else None
+    if not isinstance(msg_id, str) or not IDEMPOTENCY_KEY_RE.match(msg_id):
+        return "every frame needs an id of 1-128 visible ASCII characters"
+    return frame, msg_id
+
+
+class _Slots:
+    """The frames of a session in flight: one is taken as a frame is read and given back once it
+    is answered. A client that sends faster than it reads its replies is slowed down, whatever
+    its frames are: the reader waits (`acquire`), or the socket is no longer read (`on_free`
+    reads on once one is back)."""
+
+    def __init__(self, n: int, on_free: Callable[[], None]) -> None:
+        self.free = n
+        self._on_free = on_free
+        self._waiter: asyncio.Future[None] | None = None
+
+    def take(self) -> None:
+        self.free -= 1
+
+    async def acquire(self) -> None:
+        while not self.free:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        self.free -= 1
+
+    def release(self) -> None:
+        self.free += 1
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        self._on_free()
 
 
 def _debug_enabled() -> bool:
@@ -162,7 +208,13 @@ class WorkerSession:
         self._send_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
-        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._in_flight = _Slots(MAX_IN_FLIGHT, self._slot_freed)
+        # Text frames as the server parses them (see ws/corked.py); None: read through ASGI.
+        self._receive_now = ws.scope.get("extensions", {}).get(RECEIVE_TEXT_NOW)
+        self._hold: Callable[[bool], None] | None = None
+        self._held: deque[bytes] = deque()  # frames read while no slot was free, in order
+        self._reading_held = False
+        self._refused = False  # a frame closed the socket: those after it are not read
         # lease id -> (task id, queue id) of the leases this session granted: lets their Start and
         # report skip the database lookup of where the lease lives. Only a hint for finding rows:
         # every check is made on the locked rows.
@@ -215,6 +267,9 @@ class WorkerSession:
     async def close(self, code: int, reason: str) -> None:
         if not self._closed:
             self._closed = True
+            self._held.clear()
+            if self._hold is not None:
+                self._hold(False)  # the peer's answer to the close is read
             with contextlib.suppress(Exception):
                 await self.ws.close(code, reason)
 
@@ -222,6 +277,8 @@ class WorkerSession:
         """Read frames until the socket closes. Registered from the start, so that revoking the
         credential or draining the node reaches a socket that has not (yet) sent hello."""
         self.hub.register(self)
+        if self._receive_now is not None:
+            self._hold = self._receive_now(self._on_text)
         hello_by = time.monotonic() + HELLO_TIMEOUT_S
         try:
             while not self._closed:
@@ -243,27 +300,57 @@ class WorkerSession:
                 if not isinstance(raw, str):  # a binary frame
                     await self.close(1008, "frames must be JSON text")
                     break
-                if _too_large(raw):
-                    await self.close(1008, f"frame too large (at most {MAX_FRAME_BYTES} bytes)")
+                read = _read(raw)
+                if isinstance(read, str):
+                    await self.close(1008, read)
                     break
-                try:
-                    frame = orjson.loads(raw)
-                except orjson.JSONDecodeError:  # not JSON, nested too deep, a number out of range
-                    await self.close(1008, "malformed frame without a usable id")
-                    break
-                msg_id = frame.get("id") if isinstance(frame, dict) else None
-                if not isinstance(msg_id, str) or not IDEMPOTENCY_KEY_RE.match(msg_id):
-                    await self.close(1008, "every frame needs an id of 1-128 visible ASCII characters")
-                    break
-                # Every frame holds an in-flight slot until answered: a client that sends faster
-                # than it reads its replies is slowed down, whatever its frames are.
                 await self._in_flight.acquire()
-                self._dispatch(frame, msg_id)
+                self._dispatch(*read)
         finally:
             self._closed = True
+            self._held.clear()
             for t in list(self._tasks):
                 t.cancel()
             self.hub.unregister(self)
+
+    def _on_text(self, raw: bytes) -> None:
+        """A text frame as the server parses it, in order. With every slot taken, it waits here
+        and the socket is no longer read, until a frame in flight is answered."""
+        if self._refused or self._closed:
+            return
+        if self._held or not self._in_flight.free:
+            self._held.append(raw)
+            if self._hold is not None:
+                self._hold(True)
+            return
+        self._read_now(raw)
+
+    def _read_now(self, raw: bytes) -> None:
+        read = _read(raw)
+        if isinstance(read, str):
+            self._refused = True
+            self._held.clear()
+            self._track_close(1008, read)
+            return
+        self._in_flight.take()
+        self._dispatch(*read)
+
+    def _slot_freed(self) -> None:
+        if self._held and not self._reading_held:
+            self._reading_held = True
+            asyncio.get_running_loop().call_soon(self._read_held)
+
+    def _read_held(self) -> None:
+        self._reading_held = False
+        while self._held and self._in_flight.free and not self._refused and not self._closed:
+            self._read_now(self._held.popleft())
+        if not self._held and self._hold is not None:
+            self._hold(False)
+
+    def _track_close(self, code: int, reason: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.close(code, reason))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     def _dispatch(self, frame: dict[str, Any], msg_id: str) -> None:
         """Check a frame with a usable id and hand it on. Whatever the frame holds, it is answered:
