@@ -39,6 +39,7 @@ from websockets.frames import Frame, Opcode, apply_mask
 from websockets.protocol import State
 
 from .._cork import CorkedTransport
+from .._frames import at_frame_boundary
 from .errors import APIError, OrbitError, TransportError, parse_retry_after
 
 __all__ = [
@@ -164,18 +165,6 @@ def _text_frame(payload: bytes) -> bytes:
     return head + mask + apply_mask(payload, mask)
 
 
-def _at_frame_boundary(protocol: Any) -> bool:
-    """Whether websockets' parser holds no byte and waits for a frame's first one. It is known
-    from where the parser's generator rests: in the stream's end-of-data check between frames
-    (`StreamReader.at_eof`). Should the library be built otherwise, the answer is no."""
-    if protocol.reader.buffer:
-        return False
-    g = getattr(protocol, "parser", None)
-    while g is not None and getattr(g, "gi_yieldfrom", None) is not None:
-        g = g.gi_yieldfrom
-    return g is not None and getattr(getattr(g, "gi_code", None), "co_name", "") == "at_eof"
-
-
 class _Connection(ClientConnection):
     """websockets' client connection with a worker's two hot paths made direct: a text frame is
     written at once (`send_now`), through a transport that joins what one loop iteration writes
@@ -199,7 +188,7 @@ class _Connection(ClientConnection):
         if own is None:
             super().data_received(data)
             if (self.on_text is not None and not self._owned and self.response is not None
-                    and self.protocol.state is State.OPEN and _at_frame_boundary(self.protocol)):
+                    and self.protocol.state is State.OPEN and at_frame_boundary(self.protocol)):
                 self._own = bytearray()
             return
         own += data

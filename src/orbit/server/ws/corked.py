@@ -12,7 +12,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from websockets.frames import apply_mask
+from websockets.protocol import State
+
 from ..._cork import CorkedTransport
+from ..._frames import at_frame_boundary
 
 try:
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -39,6 +43,80 @@ def websocket_protocol() -> Any:
 
         _on_text: Callable[[bytes], None] | None = None
         _held = False  # the session stopped reading: too many of its frames are in flight
+        _own: bytearray | None = None  # bytes of frames not whole yet, once frames are cut here
+        _owned = False  # frames were cut here, and no longer are (the connection is closing)
+        _limit: int | None = None  # the largest frame the library takes
+
+        def data_received(self, data: bytes) -> None:
+            """Once the session takes its text frames here and the library's parser rests between
+            two frames, frames are cut here: a final, masked text frame without extension bits
+            goes to the session, any other frame, whole, to the library (handshake, pings,
+            close, fragments, compression, the size limit and every refusal stay the library's)."""
+            own = self._own
+            if own is None:
+                super().data_received(data)
+                if (self._on_text is not None and not self._owned and not self.frames
+                        and self.conn.state is State.OPEN and at_frame_boundary(self.conn)):
+                    self._own = bytearray()
+                    limits = [getattr(self.conn, name, None) for name in ("max_message_size", "max_fragment_size")]
+                    self._limit = min((n for n in limits if n is not None), default=None)
+                return
+            own += data
+            if self.conn.state is not State.OPEN:  # closing: what follows is the library's
+                self._give_back(bytes(own))
+                return
+            pos, end = 0, len(own)
+            limit = self._limit
+            while end - pos >= 2:
+                head1, head2 = own[pos], own[pos + 1]
+                size, at = head2 & 0x7F, pos + 2
+                if size == 126:
+                    if end - at < 2:
+                        break
+                    size, at = int.from_bytes(own[at:at + 2], "big"), at + 2
+                elif size == 127:
+                    if end - at < 8:
+                        break
+                    size, at = int.from_bytes(own[at:at + 8], "big"), at + 8
+                if limit is not None and size > limit:
+                    self._give_back(bytes(own[pos:]))  # the library refuses it from its head
+                    return
+                if head2 & 0x80:
+                    at += 4
+                stop = at + size
+                if stop > end:
+                    break
+                if head1 == 0x81 and head2 & 0x80 and not self.frames:
+                    if not self._text_now(apply_mask(own[at:stop], own[at - 4:at])):
+                        self._own, self._owned = None, True
+                        return
+                else:
+                    super().data_received(bytes(own[pos:stop]))
+                    if self.conn.state is not State.OPEN:
+                        self._give_back(bytes(own[stop:]))
+                        return
+                pos = stop
+            del own[:pos]
+
+        def _give_back(self, rest: bytes) -> None:
+            """Frames are no longer cut here: the library reads from here on."""
+            self._own, self._owned = None, True
+            if rest:
+                super().data_received(rest)
+
+        def _text_now(self, data: bytes) -> bool:
+            """A whole text message to the session; False when it is not UTF-8 (then the socket
+            closes with 1008, as for any frame that is not JSON text)."""
+            if not data.isascii():
+                try:
+                    data.decode()
+                except UnicodeDecodeError:
+                    self.conn.send_close(1008, "frames must be UTF-8 JSON text")
+                    self.handle_parser_exception()
+                    return False
+            assert self._on_text is not None
+            self._on_text(data)
+            return True
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
             super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
@@ -97,6 +175,10 @@ def websocket_protocol() -> Any:
             1007 and a traceback at error level, which any client could then write at will."""
             if self.curr_msg_data_type == "text" and not self.close_sent:
                 data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+                if self._on_text is not None:
+                    self.frames = []
+                    self._text_now(data)
+                    return
                 if not data.isascii():
                     try:
                         data.decode()
@@ -105,10 +187,6 @@ def websocket_protocol() -> Any:
                         self.conn.send_close(1008, "frames must be UTF-8 JSON text")
                         self.handle_parser_exception()
                         return
-                if self._on_text is not None:
-                    self.frames = []
-                    self._on_text(data)
-                    return
             super().send_receive_event_to_app()
 
         def send_text_now(self, text: str) -> bool:
