@@ -39,7 +39,7 @@ from websockets.frames import Frame, Opcode, apply_mask
 from websockets.protocol import State
 
 from .._cork import CorkedTransport
-from .._frames import at_frame_boundary
+from .._frames import at_frame_boundary, frame_head
 from .errors import APIError, OrbitError, TransportError, parse_retry_after
 
 __all__ = [
@@ -193,20 +193,8 @@ class _Connection(ClientConnection):
             return
         own += data
         pos, end = 0, len(own)
-        while end - pos >= 2:
-            head1, head2 = own[pos], own[pos + 1]
-            size, at = head2 & 0x7F, pos + 2
-            if size == 126:
-                if end - at < 2:
-                    break
-                size, at = int.from_bytes(own[at:at + 2], "big"), at + 2
-            elif size == 127:
-                if end - at < 8:
-                    break
-                size, at = int.from_bytes(own[at:at + 8], "big"), at + 8
-            if head2 & 0x80:
-                at += 4  # a masked frame, which the library refuses
-            stop = at + size
+        while (head := frame_head(own, pos, end)) is not None:
+            head1, head2, at, stop = head
             if stop > end:
                 break
             if head1 == 0x81 and not head2 & 0x80 and self._parts is None:  # final text, no extension bit

@@ -16,7 +16,7 @@ from websockets.frames import apply_mask
 from websockets.protocol import State
 
 from ..._cork import CorkedTransport
-from ..._frames import at_frame_boundary
+from ..._frames import at_frame_boundary, frame_head
 
 try:
     from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -67,23 +67,11 @@ def websocket_protocol() -> Any:
                 return
             pos, end = 0, len(own)
             limit = self._limit
-            while end - pos >= 2:
-                head1, head2 = own[pos], own[pos + 1]
-                size, at = head2 & 0x7F, pos + 2
-                if size == 126:
-                    if end - at < 2:
-                        break
-                    size, at = int.from_bytes(own[at:at + 2], "big"), at + 2
-                elif size == 127:
-                    if end - at < 8:
-                        break
-                    size, at = int.from_bytes(own[at:at + 8], "big"), at + 8
-                if limit is not None and size > limit:
+            while (head := frame_head(own, pos, end)) is not None:
+                head1, head2, at, stop = head
+                if limit is not None and stop - at > limit:
                     self._give_back(bytes(own[pos:]))  # the library refuses it from its head
                     return
-                if head2 & 0x80:
-                    at += 4
-                stop = at + size
                 if stop > end:
                     break
                 if head1 == 0x81 and head2 & 0x80 and not self.frames:
