@@ -140,8 +140,8 @@ class Handoff:
         if served is None or self._answer is None or not tx.deferring:
             return
         answer = self._answer
-        # A Start of these leases may reach the database before the COMMIT: its locking reads
-        # then wait there for the rows, which are written (and locked) first.
+        # The new task and lease rows go first in the writes, the usage rows' UPDATEs (deferred
+        # since the backlog slots were taken) last: those hot rows are held the shortest.
         tx.lead_commit(task_q.NEW_ROWS, lease_q.NEW_ROWS)
 
         def send() -> None:

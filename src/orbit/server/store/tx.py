@@ -446,9 +446,9 @@ class Tx:
         self._as_commit_goes.append(fn)
 
     def lead_commit(self, *heads: str) -> None:
-        """Put the deferred statements that begin with these `heads` first in the COMMIT's round
-        trip, in this order (the others keep theirs): rows that another transaction may soon
-        wait for are then written, and held, at its very start."""
+        """Put the deferred statements that begin with these `heads` first in the round trip that
+        carries the writes, in this order (the others keep theirs): new rows before the UPDATEs
+        of hot usage rows deferred earlier, which are then locked last and held the shortest."""
         self._leading = heads
 
     def _lead(self) -> None:
@@ -458,8 +458,8 @@ class Tx:
             self._deferred.sort(key=lambda t: next((rank[h] for h in heads if t.startswith(h)), len(heads)))
 
     async def commit_deferred(self) -> bool:
-        """Send the deferred writes (and the `at_commit` reads) together with COMMIT; False when
-        there were none."""
+        """Send the deferred writes (and the `at_commit` reads) together with COMMIT, or before a
+        COMMIT of its own when work runs as the commit goes; False when there were none."""
         self._lead()
         hooks, self._as_commit_goes = self._as_commit_goes, []
         if not self._deferred and not self._at_commit:

@@ -93,8 +93,16 @@ def websocket_protocol() -> Any:
                 super().data_received(rest)
 
         def _text_now(self, data: bytes) -> bool:
-            """A whole text message to the session; False when it is not UTF-8 (then the socket
-            closes with 1008, as for any frame that is not JSON text)."""
+            """A whole text message to the session; False when it is not UTF-8 (`_utf8`)."""
+            if not self._utf8(data):
+                return False
+            assert self._on_text is not None
+            self._on_text(data)
+            return True
+
+        def _utf8(self, data: bytes) -> bool:
+            """Whether a text message is UTF-8; if not, the socket closes with 1008, as for any
+            frame that is not JSON text."""
             if not data.isascii():
                 try:
                     data.decode()
@@ -102,8 +110,6 @@ def websocket_protocol() -> Any:
                     self.conn.send_close(1008, "frames must be UTF-8 JSON text")
                     self.handle_parser_exception()
                     return False
-            assert self._on_text is not None
-            self._on_text(data)
             return True
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
@@ -131,11 +137,15 @@ def websocket_protocol() -> Any:
                     on_text(message["text"].encode())
                 else:
                     self.queue.put_nowait(message)
+            self._read_on()
+            return self._hold
+
+        def _read_on(self) -> None:
+            """The queue that paused the socket is empty: read again, unless the session holds it."""
             if self.read_paused and self.queue.empty():
                 self.read_paused = False
                 if not self._held:
                     self.transport.resume_reading()
-            return self._hold
 
         def _hold(self, held: bool) -> None:
             if held == self._held:
@@ -151,10 +161,7 @@ def websocket_protocol() -> Any:
         async def receive(self) -> Any:
             """As uvicorn's, except that a socket the session holds stays paused."""
             message = await self.queue.get()
-            if self.read_paused and self.queue.empty():
-                self.read_paused = False
-                if not self._held:
-                    self.transport.resume_reading()
+            self._read_on()
             return message
 
         def send_receive_event_to_app(self) -> None:
@@ -167,14 +174,9 @@ def websocket_protocol() -> Any:
                     self.frames = []
                     self._text_now(data)
                     return
-                if not data.isascii():
-                    try:
-                        data.decode()
-                    except UnicodeDecodeError:
-                        self.frames = []
-                        self.conn.send_close(1008, "frames must be UTF-8 JSON text")
-                        self.handle_parser_exception()
-                        return
+                if not self._utf8(data):
+                    self.frames = []
+                    return
             super().send_receive_event_to_app()
 
         def send_text_now(self, text: str) -> bool:

@@ -257,7 +257,11 @@ class WorkerSession:
         message = reply_frame(msg_id, result)
         if self._closed or self._write_now(orjson.dumps(message).decode()):
             return
-        task = asyncio.get_running_loop().create_task(self.send(message))
+        self._in_background(self.send(message))
+
+    def _in_background(self, work: Any) -> None:
+        """A send or close that must wait for the socket: a task of its own, kept until it ends."""
+        task = asyncio.get_running_loop().create_task(work)
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
@@ -330,7 +334,7 @@ class WorkerSession:
         if isinstance(read, str):
             self._refused = True
             self._held.clear()
-            self._track_close(1008, read)
+            self._in_background(self.close(1008, read))
             return
         self._in_flight.take()
         self._dispatch(*read)
@@ -346,11 +350,6 @@ class WorkerSession:
             self._read_now(self._held.popleft())
         if not self._held and self._hold is not None:
             self._hold(False)
-
-    def _track_close(self, code: int, reason: str) -> None:
-        task = asyncio.get_running_loop().create_task(self.close(code, reason))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
 
     def _dispatch(self, frame: dict[str, Any], msg_id: str) -> None:
         """Check a frame with a usable id and hand it on. Whatever the frame holds, it is answered:
