@@ -1,7 +1,7 @@
 """Submit->Start under an offered load, from stored history: how the tasks were grouped into
 transactions, how long each stage took, and where the CPU went.
 
-    python bench/timeline.py [--rate 3000] [--seconds 8] [--tick 20] [--pre N] [--py-spy FILE]
+    python bench/timeline.py [--rate 3000] [--seconds 8] [--tick 20] [--pre N] [--before RATE] [--py-spy FILE]
 
 One node and the suite's worker processes (2 x 8 lean sessions) on a fresh database; the
 suite's open loop offers `--rate` tasks/s, what is due submitted every `--tick` ms (one
@@ -56,6 +56,9 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> None:
                 procs = suite.spawn_workers(ctx, urls, token, "timeline", queue_id=qid)
                 await asyncio.sleep(2)
                 if args.pre:
+                    await suite.wait_count(db, suite.DRAINED, (qid,), 1, 600)
+                for rate in args.before:
+                    await suite.offer_submits(client, qid, rate, args.seconds, args.tick)
                     await suite.wait_count(db, suite.DRAINED, (qid,), 1, 600)
                 (t0,), = await db.fetch("SELECT NOW(6)")
                 pids = {"server": [pid_of("-f", "orbit server")], "mariadb": [pid_of("-x", "mariadbd")],
@@ -116,6 +119,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--tick", type=float, default=20, help="ms between submissions (the suite: 20)")
     ap.add_argument("--pre", type=int, default=0, help="drain this many pre-loaded tasks first")
+    ap.add_argument("--before", type=float, action="append", default=[], metavar="RATE",
+                    help="offer this rate for as long and wait for the queue to drain, before measuring "
+                         "(repeatable; the suite's light point follows 50%% of max and the sustained runs)")
     ap.add_argument("--py-spy", metavar="FILE", help="raw py-spy profile of the server over the load window")
     asyncio.run(measure(ap.parse_args()))
 
