@@ -111,11 +111,12 @@ def report(args, rows, sent, wall, cpu0, cpu1) -> None:
     for c, _, s, _ in rows:
         windows[int((c - first).total_seconds() * 10)].append(ms(c, s))
     print("  largest per 100 ms:", " ".join(f"{max(windows[k]):.0f}" for k in sorted(windows)))
-    slowest = sorted(rows, key=lambda r: ms(r[0], r[2]), reverse=True)[:max(3, len(rows) // 100)]
-    print("  slowest (created at +s: created->leased, leased->started ms; tasks of their Start):")
+    slowest = Counter((c, le, s) for c, le, s, _ in sorted(rows, key=lambda r: ms(r[0], r[2]),
+                                                            reverse=True)[:max(3, len(rows) // 100)])
+    print("  slowest 1% (created at +s: created->leased, leased->started ms; tasks among them; tasks of their Start):")
     starts = Counter(r[2] for r in rows)
-    for c, le, s, _ in slowest:
-        print(f"    +{(c - first).total_seconds():7.3f}: {ms(c, le):6.2f} {ms(le, s):6.2f}  x{starts[s]}")
+    for (c, le, s), n in slowest.items():
+        print(f"    +{(c - first).total_seconds():7.3f}: {ms(c, le):6.2f} {ms(le, s):6.2f}  x{n} of {starts[s]}")
 
 
 def main() -> None:
