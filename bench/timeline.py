@@ -61,6 +61,8 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> None:
                     await suite.offer_submits(client, qid, rate, args.seconds, args.tick)
                     await suite.wait_count(db, suite.DRAINED, (qid,), 1, 600)
                 (t0,), = await db.fetch("SELECT NOW(6)")
+                history = await db.fetch("SELECT count FROM information_schema.innodb_metrics "
+                                         "WHERE name = 'trx_rseg_history_len'")
                 pids = {"server": [pid_of("-f", "orbit server")], "mariadb": [pid_of("-x", "mariadbd")],
                         "workers": [p.pid for p in procs], "client": [os.getpid()]}
                 cpu0 = {k: sum(cpu_seconds(x) for x in v) for k, v in pids.items()}
@@ -86,6 +88,8 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> None:
             _proc.stop_many(procs, grace=5)
             db.close()
     report(args, rows, sent, wall, cpu0, cpu1)
+    if history:
+        print(f"  undo history not yet purged when the window began: {history[0][0]} transactions")
 
 
 def report(args, rows, sent, wall, cpu0, cpu1) -> None:
