@@ -253,3 +253,27 @@ async def test_a_revoked_credential_cannot_submit_even_after_it_submitted_before
     assert await state(db, tenant.namespace_id) == before
     # Other credentials of the namespace keep working.
     ok(await call(tenant, "POST", path, {"payload": {"n": 3}}, f"Bearer {tenant.token}"), 201)
+
+
+async def test_a_revoked_credential_cannot_batch_submit_even_after_it_did_before(tenant, db):
+    """Batch submits, too, re-check revocation inside their transaction for a token the node
+    knows: once revoked it hears 401 for a new batch, a replay of its earlier batch (same key)
+    and a batch whose key was used for another body, and nothing changes."""
+    q = await tenant.create_queue()
+    token = await tenant.credential(["tasks:submit"])
+    path = f"/v1/queues/{q['id']}/tasks:batch"
+    first = {"tasks": [{"idempotency_key": "b-1", "payload": {"n": 1}}]}
+    key = tenant.key()
+    ok(await call(tenant, "POST", path, first, f"Bearer {token}", key=key))
+    assert ok(await call(tenant, "POST", path, first, f"Bearer {token}", key=key))["deduplicated"] is True
+
+    async def revoke(tx):
+        return await tenancy.revoke_credential(tx, token[4:36], "leaked in a log")
+
+    assert await db.transaction(revoke) is True
+    before = await state(db, tenant.namespace_id)
+    second = {"tasks": [{"idempotency_key": "b-2", "payload": {"n": 2}}]}
+    for body, k in ((second, None), (first, key), (second, key), ({"tasks": []}, None)):
+        assert_error(await call(tenant, "POST", path, body, f"Bearer {token}", key=k), 401, "UNAUTHENTICATED")
+    assert await state(db, tenant.namespace_id) == before
+    ok(await call(tenant, "POST", path, second, f"Bearer {tenant.token}"))

@@ -90,7 +90,7 @@ class Node:
                                    lambda admissions: sum(1 for a in admissions if a.new))
 
     async def submit_batch(self, principal: Principal, queue_id: str, scope: IdempotencyScope,
-                           commands: list[task_service.SubmitCommand]) -> Outcome:
+                           commands: list[task_service.SubmitCommand], *, verified: bool = True) -> Outcome:
         """A batch's transaction, which also serves the claims of its queue waiting here, up to
         the batch's size (their tasks are leased as they commit); then as many other waiting
         claims are woken as tasks are left. A batch is many tasks at once, so a claim it serves
@@ -98,7 +98,8 @@ class Node:
         taken = self.wakeups.claims.take(queue_id, len(commands))
         return await self._serving(
             queue_id, taken,
-            lambda handoff: task_service.submit_batch(self.db, principal, queue_id, scope, commands, handoff),
+            lambda handoff: task_service.submit_batch(self.db, principal, queue_id, scope, commands, handoff,
+                                                      verified=verified),
             task_service.new_tasks)
 
     async def _serving(self, queue_id: str, taken: list[Waiter],

@@ -21,6 +21,7 @@ from ...models import (
     TaskPage,
 )
 from ..core.tracing import parse_traceparent
+from ..errors import DomainError
 from ..services import live
 from ..services import tasks as svc
 from ..services.idempotency import IdempotencyScope, request_digest
@@ -70,7 +71,8 @@ async def submit_task(request: Request, queue_id: str):
 async def submit_task_batch(request: Request, queue_id: str):
     # A batch is up to 500 submits' work: the node runs only a few at once (`node.batch_submits`),
     # from reading the body to the commit; the others wait their turn within the request's budget.
-    async with Call(request) as call, holding(call.node.batch_submits):
+    # Trusts a token seen before: the batch's transaction re-checks its revocation.
+    async with Call(request, trust_cache=True) as call, holding(call.node.batch_submits):
         who = call.require("tasks:submit", queue_id=queue_id)
         raw, req = await call.body(BatchSubmitRequest)
         limit = call.node.settings.max_payload_bytes
@@ -79,7 +81,13 @@ async def submit_task_batch(request: Request, queue_id: str):
                     for i, item in enumerate(req.tasks)]
         scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, call.idempotency_key(),
                                  request_digest({"queue_id": queue_id}, raw))
-        return call.outcome(await call.node.submit_batch(who, queue_id, scope, commands))
+        try:
+            outcome = await call.node.submit_batch(who, queue_id, scope, commands, verified=call.verified)
+        except DomainError as exc:  # the transaction checked the token before it could refuse anything
+            call.revocation_checked(exc)
+            raise
+        call.revocation_checked(None)
+        return call.outcome(outcome)
 
 
 @router.get(

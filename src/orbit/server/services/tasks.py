@@ -44,7 +44,7 @@ from ..store.queries import queues as queue_q
 from ..store.queries import tasks as task_q
 from ..store.queries import usage as usage_q
 from ..store.queries.usage import UsageChanges
-from ..store.tx import Tx
+from ..store.tx import ReadAhead, Tx
 from . import metrics
 from .auth import Principal
 from .dispatch import ClaimReads, Handoff, claim_within, read_claims_ahead
@@ -568,7 +568,7 @@ def _item_json(a: Admission) -> dict[str, Any]:
 
 async def submit_batch(
     db: Database, principal: Principal, queue_id: str, scope: IdempotencyScope, commands: list[SubmitCommand],
-    handoff: Handoff | None = None,
+    handoff: Handoff | None = None, *, verified: bool = True,
 ) -> tuple[Outcome, list[Any] | None]:
     """One transaction for the whole batch; the batch key only recognises a replay of the batch.
 
@@ -578,15 +578,25 @@ async def submit_batch(
 
     The `handoff`'s claims (of the queue, waiting on this node) are served in the same
     transaction once an item was admitted, as `submit_group` serves them: returns the outcome
-    and the claims' replies (None: they were not served and must run on their own)."""
+    and the claims' replies (None: they were not served and must run on their own).
+
+    Unless the request was `verified` against the database, the credential's revocation is
+    checked with the transaction's first round trip, before anything (a replay too) is
+    answered: UNAUTHENTICATED then."""
     from .idempotency import lookup, record_new
 
     offered = handoff or Handoff(())
 
     async def body(tx: Tx, optimistic: bool) -> tuple[Outcome, list[Any] | None]:
+        unrevoked = None if verified else tx.read_ahead([credential_q.unrevoked([principal.credential_id])])
         claims = offered.offers()
         reads = read_claims_ahead(tx, claims) if claims and optimistic else None
-        previous = await lookup(tx, scope)
+        try:
+            previous = await lookup(tx, scope)
+        except DomainError:  # a key conflict: a revoked credential hears that it is revoked instead
+            await _still_unrevoked(tx, unrevoked)
+            raise
+        await _still_unrevoked(tx, unrevoked)
         if previous is not None:
             replay = await _replay_batch(tx, scope, previous)
             if replay is not None:
@@ -608,6 +618,11 @@ async def submit_batch(
         items = outcome.data["results"]
         metrics.submitted(new_tasks(outcome), [i["error"]["code"] for i in items if "error" in i])
     return outcome, served
+
+
+async def _still_unrevoked(tx: Tx, unrevoked: ReadAhead | None) -> None:
+    if unrevoked is not None and not (await tx.rows_ahead(unrevoked))[0]:
+        raise unauthenticated()
 
 
 def new_tasks(outcome: Outcome) -> int:
