@@ -1,6 +1,7 @@
 """The worker protocol against a real uvicorn server, on both backends."""
 
 import asyncio
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -292,13 +293,15 @@ async def test_deadlines_of_leased_and_running_tasks(tenant, base):
     from orbit.server.services.tasks import sweep_deadlines
 
     q = await tenant.create_queue()
-    leased_id, running_id = await submit(tenant, q["id"], 2, deadline_seconds=1)
     async with Worker.connect(base, tenant.token) as w:
         await w.hello(q["id"])
+        # Connected first: on a loaded machine the handshake alone may outlast a short deadline.
+        leased_id, running_id = await submit(tenant, q["id"], 2, deadline_seconds=2)
         c = await w.call("claim", queue_id=q["id"], max_tasks=2)
         by_task = {t["task_id"]: t for t in c["tasks"]}
         assert (await w.call("start", lease_id=by_task[running_id]["lease_id"]))["ok"]
-        await asyncio.sleep(1.1)
+        deadline_at = datetime.fromisoformat((await task(tenant, running_id))["deadline_at"].replace("Z", "+00:00"))
+        await asyncio.sleep(max(0.0, (deadline_at - datetime.now(UTC)).total_seconds()) + 0.1)
         assert await sweep_deadlines(tenant.db) >= 2  # the sweep spans the shared test database
         t = await task(tenant, leased_id)
         assert t["state"] == "FAILED" and t["error"]["code"] == "DEADLINE_EXCEEDED"
