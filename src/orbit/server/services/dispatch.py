@@ -1076,11 +1076,11 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
             "deadline_at": format_ts(task["deadline_at"]),
             "lease_expires_at": format_ts(lease["expires_at"]),
         }
+        stored = orjson.dumps(receipt).decode()
         w.task(task["id"], state=states.RUNNING, attempts=attempt, updated_at=now)
         w.lease(lease["id"], state=RUNNING, started_at=now, attempt=attempt, reserved=False,
-                start_msg_id=c.msg_id, start_response=orjson.dumps(receipt).decode())
-        lease.update(state=RUNNING, start_msg_id=c.msg_id, start_response=orjson.dumps(receipt).decode(),
-                     reserved=False)
+                start_msg_id=c.msg_id, start_response=stored)
+        lease.update(state=RUNNING, start_msg_id=c.msg_id, start_response=stored, reserved=False)
         task.update(attempts=attempt)
         w.events.append(_task_event(task, "task.started", states.RUNNING, attempt=attempt, lease_id=lease["id"]))
         w.started(qid, now - task["created_at"] if attempt == 1 else None)
