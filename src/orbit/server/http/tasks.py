@@ -86,7 +86,6 @@ async def submit_task_batch(request: Request, queue_id: str):
         except DomainError as exc:  # the transaction checked the token before it could refuse anything
             call.revocation_checked(exc)
             raise
-        call.revocation_checked(None)
         return call.outcome(outcome)
 
 
