@@ -154,8 +154,26 @@ def environment(database_url: str | None, nodes: int = 1, log_dir: Path | None =
 
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) a local process has used so far, from /proc."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds a local process has used so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def context_switches(pid: int) -> int:
+    """Context switches of all a local process's threads so far: each time one slept and was
+    woken (a read that had to wait) or was preempted, from /proc."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
 
 
 def pids_of(*pgrep_args: str) -> list[int]:
@@ -179,20 +197,36 @@ class DrainCpu:
                      "workers": worker_pids}
         self.before = self._now()
 
-    def _now(self) -> dict[str, float]:
+    def _now(self) -> dict[str, tuple[float, float, int]]:
         out = {}
         for name, pids in self.pids.items():
-            total = 0.0
+            user = system = 0.0
+            switches = 0
             for pid in pids:
                 with contextlib.suppress(OSError):
-                    total += cpu_seconds(pid)
-            out[name] = total
+                    u, s = cpu_split(pid)
+                    user, system, switches = user + u, system + s, switches + context_switches(pid)
+            out[name] = (user, system, switches)
         return out
 
     def us_per_task(self, tasks: int) -> dict[str, float]:
+        return {k: v for k, v in self.per_task(tasks).items() if k.endswith("_cpu_us_per_task")}
+
+    def per_task(self, tasks: int) -> dict[str, float]:
+        """CPU µs per task of each, the share of it spent in the kernel (system calls: the
+        round trips' writes and reads, and the wake-ups they cause) and context switches per task."""
         after = self._now()
-        return {f"{name}_cpu_us_per_task": round((after[name] - self.before[name]) / max(1, tasks) * 1e6)
-                for name in self.pids if self.pids[name]}
+        out: dict[str, float] = {}
+        n = max(1, tasks)
+        for name in self.pids:
+            if not self.pids[name]:
+                continue
+            (u0, s0, c0), (u1, s1, c1) = self.before[name], after[name]
+            cpu = (u1 - u0) + (s1 - s0)
+            out[f"{name}_cpu_us_per_task"] = round(cpu / n * 1e6)
+            out[f"{name}_system_share"] = round((s1 - s0) / cpu, 2) if cpu else 0.0
+            out[f"{name}_switches_per_task"] = round((c1 - c0) / n, 3)
+        return out
 
 
 def percentile(values: list[float], p: float) -> float:

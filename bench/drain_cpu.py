@@ -80,7 +80,7 @@ def main() -> None:
         asyncio.run(wait_unfinished(creds["_database_url"], q, 600, 0.02))
         wall = time.perf_counter() - t0
         groups = asyncio.run(_group_sizes(creds["_database_url"], q))
-        us = cpu.us_per_task(n)
+        us = cpu.per_task(n)
         if spy is not None:
             spy.wait()
         for p in procs:
@@ -89,6 +89,9 @@ def main() -> None:
           f"server {us['server_cpu_us_per_task']} us CPU/task; "
           f"mariadb {us['mariadb_cpu_us_per_task']} us CPU/task; "
           f"worker processes {us['workers_cpu_us_per_task']} us CPU/task; tasks per transaction: {groups}")
+    print("in the kernel (share of CPU), context switches per task: " + "; ".join(
+        f"{who} {us[who + '_system_share']:.0%}, {us[who + '_switches_per_task']:.2f}"
+        for who in ("server", "mariadb", "workers")))
 
 
 async def _group_sizes(url: str, queue_id: str) -> str:
