@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from dataclasses import replace
 
 from fastapi import APIRouter, Depends, Query, Request
 
@@ -51,9 +50,10 @@ async def submit_task(request: Request, queue_id: str):
     async with Call(request, trust_cache=True) as call:
         who = call.require("tasks:submit", queue_id=queue_id)
         raw, req = await call.body(SubmitTaskRequest)
-        svc.check_payload_size(req, call.node.settings.max_payload_bytes)
+        payload_text = svc.check_payload_size(req, call.node.settings.max_payload_bytes)
         cmd = svc.SubmitCommand(call.idempotency_key(), svc.submit_digest(queue_id, raw), req, raw,
-                                traceparent=parse_traceparent(request.headers.get("traceparent")))
+                                traceparent=parse_traceparent(request.headers.get("traceparent")),
+                                payload_text=payload_text)
         queued = svc.QueuedSubmit(who, queue_id, cmd, call.verified)
         admission = await call.node.submits.submit(queued.group, queued)
         call.revocation_checked(admission.error)
@@ -77,8 +77,7 @@ async def submit_task_batch(request: Request, queue_id: str):
         raw, req = await call.body(BatchSubmitRequest)
         limit = call.node.settings.max_payload_bytes
         trace = parse_traceparent(request.headers.get("traceparent"))
-        commands = [replace(svc.batch_item_command(queue_id, i, item, limit), traceparent=trace)
-                    for i, item in enumerate(req.tasks)]
+        commands = [svc.batch_item_command(queue_id, i, item, limit, trace) for i, item in enumerate(req.tasks)]
         scope = IdempotencyScope(who.namespace_id, svc.OP_SUBMIT_BATCH, call.idempotency_key(),
                                  request_digest({"queue_id": queue_id}, raw))
         try:

@@ -57,6 +57,7 @@ OP_CANCEL = "tasks.cancel"
 OP_REVIEW = "tasks.review"
 
 DEFAULT_RETRY = {"initial_backoff_ms": 1000, "max_backoff_ms": 60000, "multiplier": 2.0, "jitter": 0.2}
+_DEFAULT_RETRY_TEXT = orjson.dumps(DEFAULT_RETRY).decode()  # most tasks name no policy: encoded once
 
 
 def _j(text: str | None) -> Any:
@@ -158,6 +159,7 @@ class SubmitCommand:
     raw: dict[str, Any] | None = None
     error: DomainError | None = None
     traceparent: str | None = None  # the request's trace context, kept for the worker (not identity)
+    payload_text: str | None = None  # the payload as stored, when its size check encoded it already
 
 
 def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
@@ -165,14 +167,16 @@ def submit_digest(queue_id: str, fields: dict[str, Any]) -> str:
     return request_digest({"queue_id": queue_id}, fields)
 
 
-def check_payload_size(req: SubmitTaskRequest, limit: int) -> bytes:
+def check_payload_size(req: SubmitTaskRequest, limit: int) -> str:
+    """The payload as stored (its JSON text), or INVALID_ARGUMENT when it is too large or deep."""
     try:
-        return json_values.encode(req.payload, limit)
+        return json_values.encode(req.payload, limit).decode()
     except json_values.JsonValueError as exc:
         raise invalid_argument(f"payload: {exc}", "payload") from None
 
 
-def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int) -> SubmitCommand:
+def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int,
+                       traceparent: str | None = None) -> SubmitCommand:
     """Validate one batch item on its own; its errors name `tasks[i].field`."""
     if not isinstance(item, dict):
         return SubmitCommand("", "", None,
@@ -183,7 +187,7 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
     try:
         # The item model is the request model plus its key: one validation serves both.
         parsed = req = SubmitTaskItem.model_validate(item)
-        check_payload_size(req, payload_limit)
+        payload_text = check_payload_size(req, payload_limit)
     except ValidationError as exc:
         err = describe_validation_error(exc)
         field = f"tasks[{index}].{(err.details or {}).get('field', '')}".rstrip(".")
@@ -192,7 +196,8 @@ def batch_item_command(queue_id: str, index: int, item: Any, payload_limit: int)
     except DomainError as exc:
         return SubmitCommand(parsed.idempotency_key, "", None,
                              error=invalid_argument(f"tasks[{index}].{exc.message}", f"tasks[{index}].payload"))
-    return SubmitCommand(parsed.idempotency_key, submit_digest(queue_id, fields), req, fields)
+    return SubmitCommand(parsed.idempotency_key, submit_digest(queue_id, fields), req, fields,
+                         traceparent=traceparent, payload_text=payload_text)
 
 
 @dataclass
@@ -218,10 +223,13 @@ def _new_task_row(
         deadline_at=req.deadline_at,
         deadline_seconds=req.deadline_seconds,
     )
-    retry = req.retry.model_dump() if req.retry is not None else dict(DEFAULT_RETRY)
-    if retry["max_backoff_ms"] < retry["initial_backoff_ms"]:
-        raise TimeRuleError("retry.max_backoff_ms", "must be at least retry.initial_backoff_ms (default 60000)")
-    key_ids, parked_on = keys.resolve(req.resource_keys)
+    retry_text = _DEFAULT_RETRY_TEXT
+    if req.retry is not None:
+        retry = req.retry.model_dump()
+        if retry["max_backoff_ms"] < retry["initial_backoff_ms"]:
+            raise TimeRuleError("retry.max_backoff_ms", "must be at least retry.initial_backoff_ms (default 60000)")
+        retry_text = orjson.dumps(retry).decode()
+    key_ids, parked_on = keys.resolve(req.resource_keys) if req.resource_keys else ((), None)
     return {
         "id": new_id(),
         "namespace_id": principal.namespace_id,
@@ -232,10 +240,10 @@ def _new_task_row(
         "state": states.WAITING,
         "payload": payload_text,
         "priority": req.priority,
-        "resource_keys": orjson.dumps(req.resource_keys).decode(),
+        "resource_keys": orjson.dumps(req.resource_keys).decode() if req.resource_keys else "[]",
         "max_attempts": req.max_attempts,
         "attempts": 0,
-        "retry_policy": orjson.dumps(retry).decode(),
+        "retry_policy": retry_text,
         "on_lease_lost": req.on_lease_lost,
         "available_at": times.available_at,
         "start_deadline_at": times.start_deadline_at,
@@ -368,8 +376,8 @@ async def admit(
             results[i] = Admission(error=state_conflict("the queue is retired; it accepts no new tasks"))
             continue
         try:
-            row = _new_task_row(principal, queue_id, cmd.req, now, orjson.dumps(cmd.req.payload).decode(),
-                                named_keys)
+            row = _new_task_row(principal, queue_id, cmd.req, now,
+                                cmd.payload_text or orjson.dumps(cmd.req.payload).decode(), named_keys)
             row["traceparent"] = cmd.traceparent
         except TimeRuleError as exc:
             results[i] = Admission(error=invalid_argument(str(exc), exc.field))
