@@ -96,3 +96,17 @@ def test_dropping_a_field_changes_the_digest(body, data):
     key = data.draw(st.sampled_from(sorted(body)))
     smaller = {k: v for k, v in body.items() if k != key}
     assert request_digest({}, body) != request_digest({}, smaller)
+
+
+def test_an_optional_null_is_dropped_at_any_depth_and_a_body_without_one_is_taken_as_sent():
+    """What the digest is taken of: a null optional field is an omission, in the item and in its
+    nested retry policy; a null payload is a value, and unknown fields stay for validation to name."""
+    from orbit.models import SubmitTaskItem, omitted_nulls
+
+    plain = {"idempotency_key": "k", "payload": {"a": None}, "priority": 3}
+    assert omitted_nulls(SubmitTaskItem, plain) is plain
+    assert omitted_nulls(SubmitTaskItem, {"payload": None, "priority": None, "bogus": None}) == \
+        {"payload": None, "bogus": None}
+    assert omitted_nulls(SubmitTaskItem, {"payload": 1, "retry": {"jitter": None, "multiplier": 2.0}}) == \
+        {"payload": 1, "retry": {"multiplier": 2.0}}
+    assert omitted_nulls(SubmitTaskItem, {"payload": 1, "retry": None}) == {"payload": 1}
