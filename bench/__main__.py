@@ -107,6 +107,7 @@ async def drain_and_latency(ctx: suite.Context) -> None:
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 2, with_latency=False))
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk="async"))
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk="sync"))
+        await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, sdk_in_flight=True))
         # The lean drain again: the SDK rows are compared with the mean of the lean drains before
         # and after them, so that the machine's drift over those minutes weighs on both sides.
         await guarded("drain", "orbit", suite.orbit_drain(ctx, 1, with_latency=False, again=True))

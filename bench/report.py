@@ -165,6 +165,10 @@ def render(data: dict[str, Any], order: list[str]) -> str:
         if sdk is not None and lean_mean:
             label = f"SDK drain, {handler} handler / lean drain" + (" (mean of 2)" if len(lean) > 1 else "")
             tg.append((label, sdk / lean_mean, ">= 0.9", sdk / lean_mean >= 0.9))
+            # The lean sessions hold 800 tasks, the SDK rows 128: their transactions are larger.
+            alike = _metric(_find_case(rows, "drain", "orbit", "(the SDK's in flight)"), "tasks_per_s")
+            if alike:
+                tg.append(("  same, lean sessions with its tasks in flight", sdk / alike, ">= 0.9", sdk / alike >= 0.9))
     light = _metric(orbit_fixed, "p50_ms")
     light99 = _metric(orbit_fixed, "p99_ms")
     peer_light = _metric(_find_case(rows, "latency", "procrastinate", "(fixed)"), "p50_ms")

@@ -438,14 +438,17 @@ SDK_CONCURRENCY = 64
 
 
 async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_drain: bool = True,
-                      sdk: str | None = None, again: bool = False) -> None:
+                      sdk: str | None = None, again: bool = False, sdk_in_flight: bool = False) -> None:
     """Drain pre-loaded tasks with worker processes: the bench's lean raw-protocol sessions, or
     (`sdk`: "async" or "sync") the SDK's runtime as a user runs it, one `orbit.Worker` per
     process with a no-op handler (`async def`, or a plain function run in its threads).
-    `again`: the lean drain once more, after the SDK rows (its case says so)."""
+    `again`: the lean drain once more, after the SDK rows (its case says so). `sdk_in_flight`:
+    lean sessions holding as many tasks as the SDK rows (one session of `SDK_CONCURRENCY` per
+    process), which tells the SDK's own cost from that of its smaller transactions."""
     s = ctx.sizes
     n = s.drain_tasks
-    name = f"drain{nodes}{'-sdk-' + sdk if sdk else ''}{'-again' if again else ''}"
+    name = (f"drain{nodes}{'-sdk-' + sdk if sdk else ''}{'-again' if again else ''}"
+            f"{'-sdk-in-flight' if sdk_in_flight else ''}")
     with environment(None, nodes, ctx.log_dir) as (urls, creds):
         token, db_url = creds["token"], creds["_database_url"]
         db = Conn(db_url)
@@ -458,6 +461,8 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                 if sdk:
                     procs = spawn_workers(ctx, urls, token, name, queue_id=qid, sessions=1,
                                           max_tasks=SDK_CONCURRENCY, extra=["--sdk", *(["--sync"] if sdk == "sync" else [])])
+                elif sdk_in_flight:
+                    procs = spawn_workers(ctx, urls, token, name, queue_id=qid, sessions=1, max_tasks=SDK_CONCURRENCY)
                 else:
                     procs = spawn_workers(ctx, urls, token, name, queue_id=qid)
                 # CPU from the first lease on: the worker processes' start-up is not the drain's.
@@ -474,10 +479,11 @@ async def orbit_drain(ctx: Context, nodes: int, *, with_latency: bool, report_dr
                     "WHERE queue_id = %s AND outcome = 'SUCCEEDED'", (qid,))
                 active = (span_us or 1) / 1e6
                 rate = done / active
-                if nodes == 1 and not sdk and not again:
+                if nodes == 1 and not sdk and not again and not sdk_in_flight:
                     ctx.facts["orbit_drain_1node_per_s"] = rate
                 workers = (f"SDK {sdk}, {len(procs)}x Worker({SDK_CONCURRENCY})" if sdk
-                           else f"{len(procs)}x{s.sessions_per_process} sessions")
+                           else f"{len(procs)}x1 sessions of {SDK_CONCURRENCY} tasks (the SDK's in flight)"
+                           if sdk_in_flight else f"{len(procs)}x{s.sessions_per_process} sessions")
                 if sdk:
                     ctx.facts[f"orbit_drain_sdk_{sdk}_per_s"] = rate
                 if report_drain:
