@@ -58,15 +58,17 @@ class Literals:
         timestamps repeat from row to row. Equal values have interchangeable literals (`True == 1`)."""
         memo: dict[Any, str] = {}
         lit = self.literal
+        get = memo.get
 
         def literal(value: Any) -> str:
+            # get, not [] and KeyError: most values are new (ids), and a raised KeyError costs more.
             try:
-                return memo[value]
-            except KeyError:
-                text = memo[value] = lit(value)
-                return text
+                text = get(value)
             except TypeError:  # unhashable
                 return lit(value)
+            if text is None:
+                text = memo[value] = lit(value)
+            return text
 
         return literal
 
