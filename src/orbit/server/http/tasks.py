@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-
 from fastapi import APIRouter, Depends, Query, Request
 
 from ...models import (
