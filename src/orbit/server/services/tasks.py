@@ -229,7 +229,7 @@ def _new_task_row(
         if retry["max_backoff_ms"] < retry["initial_backoff_ms"]:
             raise TimeRuleError("retry.max_backoff_ms", "must be at least retry.initial_backoff_ms (default 60000)")
         retry_text = orjson.dumps(retry).decode()
-    key_ids, parked_on = keys.resolve(req.resource_keys) if req.resource_keys else ((), None)
+    key_ids, parked_on = keys.resolve(req.resource_keys)
     return {
         "id": new_id(),
         "namespace_id": principal.namespace_id,
@@ -240,7 +240,7 @@ def _new_task_row(
         "state": states.WAITING,
         "payload": payload_text,
         "priority": req.priority,
-        "resource_keys": orjson.dumps(req.resource_keys).decode() if req.resource_keys else "[]",
+        "resource_keys": orjson.dumps(req.resource_keys).decode(),
         "max_attempts": req.max_attempts,
         "attempts": 0,
         "retry_policy": retry_text,

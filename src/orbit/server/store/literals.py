@@ -91,20 +91,9 @@ class Literals:
                 parts.append(self.literal(col[0]).replace("%", "%%"))
             else:
                 parts.append("%s")
-                varying.append(self._column(col))
+                varying.append(list(map(self.memo_literal(), col)))
         template = "(" + ",".join(parts) + ")"
         if not varying:
             return ",".join([template.replace("%%", "%")] * n)
         return ",".join([template % values for values in zip(*varying)])
 
-    def _column(self, col: Sequence[Any]) -> list[str]:
-        """The literals of one column's values, each distinct value escaped once (ids and
-        payloads differ on every row, states and timestamps repeat)."""
-        try:
-            distinct = set(col)
-        except TypeError:  # unhashable
-            return list(map(self.literal, col))
-        if len(distinct) == len(col):
-            return list(map(self.literal, col))
-        texts = {v: self.literal(v) for v in distinct}
-        return list(map(texts.__getitem__, col))
