@@ -43,6 +43,13 @@ from tests.cluster.nodes import Cluster, ManagedProcess, ServerNode, bootstrap_c
 
 ROOT = Path(__file__).resolve().parent.parent
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+# Leases as the server reads them: a live lease's Start is on its task's row while the task is
+# RUNNING (`orbit.server.core.lease.as_started`), so its row alone would read it unstarted.
+_LEASES_AND_TASKS = "leases l JOIN tasks t ON t.id = l.task_id"
+_AS_STARTED = ("CASE WHEN l.state = 'LEASED' AND t.state = 'RUNNING' THEN 'RUNNING' ELSE l.state END AS state, "
+               "CASE WHEN l.state = 'LEASED' AND t.state = 'RUNNING' THEN 0 ELSE l.reserved END AS reserved, "
+               "CASE WHEN l.state = 'LEASED' AND t.state = 'RUNNING' THEN t.started_at ELSE l.started_at END "
+               "AS started_at, l.worker_node_id")
 
 
 @dataclass
@@ -336,7 +343,7 @@ class Run:
                 au = await rows("SELECT * FROM application_usage")
                 ku = {r["resource_key_id"]: r for r in await rows("SELECT * FROM resource_key_usage")}
                 tasks = await rows("SELECT id, queue_id, state, resource_key_ids FROM tasks")
-                leases = await rows("SELECT task_id, queue_id, state, reserved, started_at, worker_node_id FROM leases")
+                leases = await rows(f"SELECT l.task_id, l.queue_id, {_AS_STARTED} FROM {_LEASES_AND_TASKS}")
                 qn = await rows("SELECT queue_id, worker_node_id, in_flight FROM queue_nodes")
                 await cur.execute("COMMIT")
         finally:
@@ -469,8 +476,8 @@ class Run:
             exits[n.name] = await asyncio.to_thread(n.terminate, 20)
         tasks = await self._rows("SELECT id, queue_id, state, attempts, max_attempts, on_lease_lost, payload, "
                                  "resource_key_ids, created_at, finished_at FROM tasks")
-        leases = await self._rows("SELECT id, task_id, queue_id, attempt, state, reserved, leased_at, started_at, "
-                                  "ended_at, outcome, worker_node_id, late_reports FROM leases")
+        leases = await self._rows(f"SELECT l.id, l.task_id, l.queue_id, l.attempt, l.leased_at, l.ended_at, "
+                                  f"l.outcome, l.late_reports, {_AS_STARTED} FROM {_LEASES_AND_TASKS}")
         idem = {r["idem_key"]: r["resource_id"] for r in await self._rows(
             "SELECT idem_key, resource_id FROM idempotency_records WHERE operation = 'tasks.submit'")}
         history = checks.History(tasks=tasks, leases=leases, limits=self.limits, accepted=self.producers.accepted,

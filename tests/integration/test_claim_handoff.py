@@ -400,7 +400,9 @@ async def test_a_served_claim_is_answered_as_the_commit_goes_and_its_start_waits
         assert held_commit["starts"] == 1
         (lease_row,) = await _rows(tenant, leases, leases.c.id, lease["lease_id"])
         (task_row,) = await _rows(tenant, tasks, tasks.c.id, lease["task_id"])
-        assert lease_row["started_at"] is not None and task_row["state"] == "RUNNING"
+        # A live lease's Start is on its task's row.
+        assert lease_row["state"] == "LEASED" and task_row["started_at"] is not None
+        assert task_row["state"] == "RUNNING"
 
 
 async def test_a_claim_answered_before_a_failed_commit_is_unknown_to_its_start_and_the_task_waits(

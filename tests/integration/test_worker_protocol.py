@@ -5,13 +5,13 @@ from datetime import UTC, datetime
 
 import orjson
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from orbit.server.app import create_app
 from orbit.server.config import Settings
 from orbit.server.errors import DomainError
 from orbit.server.services import dispatch
-from orbit.server.store.tables import queue_usage
+from orbit.server.store.tables import leases, queue_usage, tasks
 from orbit.server.ws import session as worker_session
 
 from .worker_client import Worker, serve
@@ -85,6 +85,66 @@ async def test_happy_path_and_replays(tenant, base):
         assert t["state"] == "WAITING" and t["attempts"] == 0
     u = await usage(tenant, q["id"])
     assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 1)
+
+
+async def test_an_attempt_whose_start_is_on_its_lease_row_runs_and_ends_as_the_others(tenant, base):
+    """A Start keeps its receipt on the task row while the lease is live; a lease row that a Start
+    wrote itself (as before the task row kept it) is read, replayed, listed and ended as well."""
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    (tid,) = await submit(tenant, q["id"])
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        (lease,) = (await w.call("claim", queue_id=q["id"], max_tasks=1))["tasks"]
+        s1 = await w.call("start", id="s-row", lease_id=lease["lease_id"])
+        assert s1["ok"]
+
+        async def move_start_to_lease_row(tx):
+            (row,) = (await tx.all(select(tasks.c.started_at, tasks.c.start_msg_id, tasks.c.start_response)
+                                   .where(tasks.c.id == tid)))
+            await tx.execute(update(leases).where(leases.c.id == lease["lease_id"]).values(
+                state="RUNNING", reserved=False, started_at=row["started_at"], start_msg_id=row["start_msg_id"],
+                start_response=row["start_response"]))
+            await tx.execute(update(tasks).where(tasks.c.id == tid).values(
+                started_at=None, start_msg_id=None, start_response=None))
+
+        await tenant.db.core_transaction(move_start_to_lease_row)
+        assert await w.call("start", id="s-row", lease_id=lease["lease_id"]) == {**s1, "reply_to": "s-row"}
+        [running] = (await tenant.get(f"/v1/tasks/{tid}/attempts")).json()["data"]["items"]
+        assert (running["outcome"], running["started_at"]) == ("RUNNING", s1["started_at"])
+        done = await w.call("complete", lease_id=lease["lease_id"], outcome="succeeded")
+        assert done["ok"] and done["task_state"] == "SUCCEEDED"
+        assert await w.call("start", id="s-row", lease_id=lease["lease_id"]) == {**s1, "reply_to": "s-row"}
+    [ended] = (await tenant.get(f"/v1/tasks/{tid}/attempts")).json()["data"]["items"]
+    assert (ended["outcome"], ended["started_at"]) == ("SUCCEEDED", s1["started_at"])
+    u = await usage(tenant, q["id"])
+    assert (u["permits_in_use"], u["rate_reserved"], u["unfinished"]) == (0, 0, 0)
+
+
+async def test_a_start_writes_its_task_row_alone_and_the_lease_row_gets_it_when_it_ends(tenant, base):
+    q = await tenant.create_queue(max_concurrency=10, rate_per_second=100)
+    (tid,) = await submit(tenant, q["id"])
+
+    async def rows():
+        async def read(tx):
+            (lease_row,) = await tx.all(select(leases).where(leases.c.task_id == tid))
+            (task_row,) = await tx.all(select(tasks).where(tasks.c.id == tid))
+            return dict(lease_row), dict(task_row)
+        return await tenant.db.core_read(read)
+
+    async with Worker.connect(base, tenant.token) as w:
+        await w.hello(q["id"])
+        (lease,) = (await w.call("claim", queue_id=q["id"], max_tasks=1))["tasks"]
+        claimed, _ = await rows()
+        s1 = await w.call("start", id="s-1", lease_id=lease["lease_id"])
+        lease_row, task_row = await rows()
+        assert lease_row == claimed
+        assert (task_row["state"], task_row["start_msg_id"], orjson.loads(task_row["start_response"])) == (
+            "RUNNING", "s-1", {k: v for k, v in s1.items() if k not in ("ok", "reply_to")})
+        assert (await w.call("complete", lease_id=lease["lease_id"], outcome="succeeded"))["ok"]
+    lease_row, _ = await rows()
+    assert lease_row["state"] == "ENDED" and lease_row["start_msg_id"] == "s-1"
+    assert lease_row["start_response"] == task_row["start_response"]
+    assert lease_row["started_at"] == task_row["started_at"]
 
 
 async def test_concurrency_and_rate_limits(tenant, base):

@@ -26,6 +26,28 @@ MAX_LATE_REPORTS = 20
 MAX_LATE_REPORT_BYTES = 1024 * 1024
 
 
+# What a Start writes on its task's row, not on its lease's, while the lease is live.
+START_FIELDS = ("started_at", "start_msg_id", "start_response")
+_START_ON_TASK = "start_on_task"  # marks a lease read as started from its task's row
+
+
+def as_started(lease: Mapping[str, Any], task: Mapping[str, Any]) -> dict[str, Any]:
+    """The lease as its Start left it. A Start writes only its task's row: RUNNING, one more
+    attempt and its receipt (`START_FIELDS`). A task has at most one live lease, so a lease
+    whose row reads LEASED under a RUNNING task is that task's started lease, its rate
+    reservation consumed. Rows a Start wrote itself (before the task row kept it) read as they are."""
+    out = dict(lease)
+    if out["state"] == LEASED and task["state"] == states.RUNNING:
+        out.update({f: task[f] for f in START_FIELDS}, state=RUNNING, reserved=False)
+        out[_START_ON_TASK] = True
+    return out
+
+
+def start_fields(lease: Mapping[str, Any]) -> dict[str, Any]:
+    """What the row of an ending lease gets of its Start, which its task's row kept meanwhile."""
+    return {f: lease[f] for f in START_FIELDS} if lease.get(_START_ON_TASK) else {}
+
+
 class Refusal(NamedTuple):
     """A command refused: the reply's error code and message (and when a retry may succeed)."""
 

@@ -857,10 +857,10 @@ async def _lock_for_leases(
     elif clock and locked.also[0]:
         tx.adopt_clock(locked.also[0][0])
     locked.tasks = {r["id"]: r for r in task_rows}
-    locked.leases = {r["id"]: r for r in lease_rows}
     for lease in lease_rows:
         if lease["task_id"] not in locked.tasks:
             raise RuntimeError(f"lease {lease['id']} is not on the task its session located it on")
+    locked.leases = {r["id"]: rules.as_started(r, locked.tasks[r["task_id"]]) for r in lease_rows}
     return locked
 
 
@@ -1077,11 +1077,12 @@ def _plan_starts(commands: list[StartCommand], locked: _Locked, controls: dict[s
             "lease_expires_at": format_ts(lease["expires_at"]),
         }
         stored = orjson.dumps(receipt).decode()
-        w.task(task["id"], state=states.RUNNING, attempts=attempt, updated_at=now)
-        w.lease(lease["id"], state=RUNNING, started_at=now, attempt=attempt, reserved=False,
-                start_msg_id=c.msg_id, start_response=stored)
-        lease.update(state=RUNNING, start_msg_id=c.msg_id, start_response=stored, reserved=False)
-        task.update(attempts=attempt)
+        # The lease row is left alone: its task's row says that it started (`rules.as_started`).
+        w.task(task["id"], state=states.RUNNING, attempts=attempt, updated_at=now, started_at=now,
+               start_msg_id=c.msg_id, start_response=stored)
+        task.update(state=states.RUNNING, attempts=attempt, started_at=now, start_msg_id=c.msg_id,
+                    start_response=stored)
+        lease.update(rules.as_started(lease, task))
         w.events.append(_task_event(task, "task.started", states.RUNNING, attempt=attempt, lease_id=lease["id"]))
         w.started(qid, now - task["created_at"] if attempt == 1 else None)
         replies.append(receipt)
@@ -1286,7 +1287,7 @@ def _end_attempt(w: _Writes, lease: dict[str, Any], task: dict[str, Any], c: Com
     response = orjson.dumps(answer).decode()
     w.lease(lease["id"], state=ENDED, ended_at=now, outcome=outcome,
             error=orjson.dumps(error).decode() if error else None, complete_msg_id=c.msg_id,
-            complete_response=response)
+            complete_response=response, **rules.start_fields(lease))
     lease.update(state=ENDED, complete_msg_id=c.msg_id, complete_response=response)
     return answer
 
@@ -1326,7 +1327,8 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
         task_rows = {r["id"]: r for r in await tx.rows(
             task_q.lock_skipping_locked(sorted({e["task_id"] for e in expired})))}
         lease_ids = sorted(e["id"] for e in expired if e["task_id"] in task_rows)
-        lease_rows = {r["id"]: r for r in await tx.rows(lease_q.lock_all_columns(lease_ids))} if lease_ids else {}
+        lease_rows = {r["id"]: rules.as_started(r, task_rows[r["task_id"]])
+                      for r in await tx.rows(lease_q.lock_all_columns(lease_ids))} if lease_ids else {}
         w = _Writes(tallies.new())
         n = 0
         for lease in lease_rows.values():
@@ -1343,7 +1345,7 @@ async def recover_expired_leases(db: Database, batch: int = 200) -> int:
                 continue
             error = {"code": "LEASE_LOST", "message": "the lease expired while the attempt was running"}
             w.lease(lease["id"], state=ENDED, ended_at=now, outcome="LEASE_LOST", error=orjson.dumps(error).decode(),
-                    push_pending=True)
+                    push_pending=True, **rules.start_fields(lease))
             w.events.append(_task_event(task, "task.lease_lost", task["state"], attempt=lease["attempt"],
                                         lease_id=lease["id"]))
             w.tally.lease_lost()

@@ -21,6 +21,7 @@ from ..core.admission import TimeRuleError, resolve_times
 from ..core.deadlines import next_sweep, sweep_action
 from ..core.ids import is_id, new_id
 from ..core.dispatch_order import KeyRoom
+from ..core.lease import START_FIELDS, as_started
 from ..core.limits import QUEUE_FULL, Backlog, admit_in_order
 from ..core.timefmt import format_ts, parse_rfc3339
 from ..errors import (
@@ -732,7 +733,9 @@ async def list_tasks(
     return items, (items[-1]["id"] if len(rows) > limit else None)
 
 
-def attempt_json(lease: Any) -> dict[str, Any]:
+def attempt_json(row: Any) -> dict[str, Any]:
+    """An attempt as its lease row (`lease_q.attempts`) and its task's row tell it."""
+    lease = as_started(row, {"state": row["task_state"], **{f: row[f"task_{f}"] for f in START_FIELDS}})
     outcome = "RUNNING" if lease["state"] == states.RUNNING else (lease["outcome"] or "RUNNING")
     return {
         "number": int(lease["attempt"]),

@@ -129,10 +129,14 @@ def end_for_task(lease_id: str, outcome: str, now) -> Stmt:
 
 
 def attempts(task_id: str, *, after_number: int | None, limit: int) -> Stmt:
-    """The task's started leases in attempt order."""
-    after = " AND attempt > ?" if after_number is not None else ""
+    """The task's started leases in attempt order: those whose row says so, and its live lease
+    while the task is RUNNING, with the task's state and Start (`core.lease.as_started`)."""
+    after = " AND l.attempt > ?" if after_number is not None else ""
     params = (task_id, after_number, limit) if after_number is not None else (task_id, limit)
-    return Stmt("SELECT id, attempt, worker_node_id, session_id, state, leased_at, expires_at, started_at, ended_at, "
-                "outcome, error, "
-                f"late_reports FROM leases WHERE task_id = ? AND started_at IS NOT NULL{after} "
-                "ORDER BY attempt LIMIT ?", params)
+    return Stmt("SELECT l.id, l.attempt, l.worker_node_id, l.session_id, l.state, l.reserved, l.leased_at, "
+                "l.expires_at, l.started_at, l.start_msg_id, l.start_response, l.ended_at, l.outcome, l.error, "
+                "l.late_reports, t.state AS task_state, t.started_at AS task_started_at, "
+                "t.start_msg_id AS task_start_msg_id, t.start_response AS task_start_response "
+                "FROM leases l JOIN tasks t ON t.id = l.task_id WHERE l.task_id = ? "
+                f"AND (l.started_at IS NOT NULL OR (l.live = 1 AND t.state = 'RUNNING')){after} "
+                "ORDER BY l.attempt LIMIT ?", params)

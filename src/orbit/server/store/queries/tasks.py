@@ -117,7 +117,7 @@ def move_sweep(task_id: str, sweep_at: datetime | None) -> Stmt:
 
 _DISPATCH_COLS = ("id, namespace_id, application_id, queue_id, state, priority, attempts, max_attempts, "
                   "retry_policy, on_lease_lost, start_deadline_at, deadline_at, cancel_requested, cancel_reason, "
-                  "resource_keys, resource_key_ids, parked_on, created_at")
+                  "resource_keys, resource_key_ids, parked_on, created_at, started_at, start_msg_id, start_response")
 
 
 _CLAIM_COLS = ("id, namespace_id, application_id, queue_id, priority, attempts, payload, resource_keys, "
