@@ -25,7 +25,7 @@ import httpx
 import orjson
 
 from bench import _proc
-from bench._db import Conn, preload_waiting, wait_first_lease
+from bench._db import LEASE_STARTED_AT, Conn, preload_waiting, wait_first_lease
 from bench._http import RawPool
 from bench._harness import (
     DrainCpu,
@@ -816,7 +816,9 @@ async def limits(ctx: Context) -> None:
             outcome = worker_outcomes(ctx, "limits", len(procs))
             procs = []
             (now,), = await db.fetch("SELECT NOW(6)")
-            leases = await db.fetch("SELECT leased_at, started_at, ended_at FROM leases WHERE queue_id = %s", (qid,))
+            # Attempts still running when the workers stopped count with their Starts too.
+            leases = await db.fetch(f"SELECT l.leased_at, {LEASE_STARTED_AT}, l.ended_at FROM leases l "
+                                    "JOIN tasks t ON t.id = l.task_id WHERE l.queue_id = %s", (qid,))
             starts = [l[1] for l in leases if l[1] is not None]
             overlap = max_overlap([(l[0], l[2] or now) for l in leases])
             wins = windows(starts)
