@@ -13,11 +13,6 @@ import asyncmy
 
 from bench._harness import mysql_params
 
-# When a lease's attempt started, as the server reads it: while the lease is live its Start is on
-# its task's row (`orbit.server.core.lease.as_started`), so the lease row alone would read it
-# unstarted. Alias the tables `l` (leases) and `t` (tasks).
-LEASE_STARTED_AT = "CASE WHEN l.state = 'LEASED' AND t.state = 'RUNNING' THEN t.started_at ELSE l.started_at END"
-
 
 async def connect(url: str, autocommit: bool = True):
     return await asyncio.wait_for(asyncmy.connect(**mysql_params(url), autocommit=autocommit), 30)

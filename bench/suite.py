@@ -25,7 +25,7 @@ import httpx
 import orjson
 
 from bench import _proc
-from bench._db import LEASE_STARTED_AT, Conn, preload_waiting, wait_first_lease
+from bench._db import Conn, preload_waiting, wait_first_lease
 from bench._http import RawPool
 from bench._harness import (
     DrainCpu,
@@ -37,6 +37,7 @@ from bench._harness import (
     percentile,
     pid_of,
 )
+from orbit.server.store.queries.leases import STARTED_AT
 from tests.support.history import max_overlap
 from tests.support.history import rate_windows as windows
 
@@ -817,7 +818,7 @@ async def limits(ctx: Context) -> None:
             procs = []
             (now,), = await db.fetch("SELECT NOW(6)")
             # Attempts still running when the workers stopped count with their Starts too.
-            leases = await db.fetch(f"SELECT l.leased_at, {LEASE_STARTED_AT}, l.ended_at FROM leases l "
+            leases = await db.fetch(f"SELECT l.leased_at, {STARTED_AT}, l.ended_at FROM leases l "
                                     "JOIN tasks t ON t.id = l.task_id WHERE l.queue_id = %s", (qid,))
             starts = [l[1] for l in leases if l[1] is not None]
             overlap = max_overlap([(l[0], l[2] or now) for l in leases])

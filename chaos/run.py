@@ -39,17 +39,17 @@ import httpx
 import orbit
 from chaos import checks, faults
 from chaos.mariadb import PrivateMariaDB, create_database
+from orbit.server.store.queries.leases import STARTED_AT, STARTED_ON_TASK
 from tests.cluster.nodes import Cluster, ManagedProcess, ServerNode, bootstrap_credentials
 
 ROOT = Path(__file__).resolve().parent.parent
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 # Leases as the server reads them: a live lease's Start is on its task's row while the task is
-# RUNNING (`orbit.server.core.lease.as_started`), so its row alone would read it unstarted.
+# RUNNING, so its row alone would read it unstarted.
 _LEASES_AND_TASKS = "leases l JOIN tasks t ON t.id = l.task_id"
-_AS_STARTED = ("CASE WHEN l.state = 'LEASED' AND t.state = 'RUNNING' THEN 'RUNNING' ELSE l.state END AS state, "
-               "CASE WHEN l.state = 'LEASED' AND t.state = 'RUNNING' THEN 0 ELSE l.reserved END AS reserved, "
-               "CASE WHEN l.state = 'LEASED' AND t.state = 'RUNNING' THEN t.started_at ELSE l.started_at END "
-               "AS started_at, l.worker_node_id")
+_AS_STARTED = (f"CASE WHEN {STARTED_ON_TASK} THEN 'RUNNING' ELSE l.state END AS state, "
+               f"CASE WHEN {STARTED_ON_TASK} THEN 0 ELSE l.reserved END AS reserved, "
+               f"{STARTED_AT} AS started_at, l.worker_node_id")
 
 
 @dataclass

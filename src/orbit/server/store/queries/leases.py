@@ -15,6 +15,12 @@ _LOCKED_COLS = ("id, task_id, queue_id, application_id, namespace_id, credential
                 "reserved, attempt, leased_at, expires_at, started_at, outcome, start_msg_id, start_response, "
                 "complete_msg_id, complete_response, late_reports")
 
+# A live lease whose Start is on its task's row (`core.lease.as_started`), in SQL over
+# `leases l JOIN tasks t`, and when such a lease's attempt started: for every read of leases
+# joined with their tasks, the benchmarks' and the chaos runner's included.
+STARTED_ON_TASK = "l.state = 'LEASED' AND t.state = 'RUNNING'"
+STARTED_AT = f"CASE WHEN {STARTED_ON_TASK} THEN t.started_at ELSE l.started_at END"
+
 INSERT = Stmt(f"INSERT INTO leases ({', '.join(COLUMNS)}) VALUES ({placeholders(len(COLUMNS))})")
 NEW_ROWS = "INSERT INTO leases "  # how `INSERT`'s statements begin (`Tx.lead_commit`)
 
@@ -138,5 +144,5 @@ def attempts(task_id: str, *, after_number: int | None, limit: int) -> Stmt:
                 "l.late_reports, t.state AS task_state, t.started_at AS task_started_at, "
                 "t.start_msg_id AS task_start_msg_id, t.start_response AS task_start_response "
                 "FROM leases l JOIN tasks t ON t.id = l.task_id WHERE l.task_id = ? "
-                f"AND (l.started_at IS NOT NULL OR (l.live = 1 AND t.state = 'RUNNING')){after} "
+                f"AND (l.started_at IS NOT NULL OR ({STARTED_ON_TASK})){after} "
                 "ORDER BY l.attempt LIMIT ?", params)
