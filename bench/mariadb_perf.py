@@ -2,11 +2,12 @@
 
     python bench/mariadb_perf.py [--tasks 60000] [--sdk]              # a drain (bench/drain_cpu.py)
     python bench/mariadb_perf.py --probe [--rate 50 --seconds 25]     # light load (bench/latency_probe.py)
+    python bench/mariadb_perf.py --batches 400                        # batch submits of 500 (bench/submit.py)
 
 Runs the workload in a process of its own and, once it is under way, samples mariadbd's
 on-CPU stacks with `perf record` for `--record` seconds; the tasks that ended in that window
 (read from the workload's fresh database, by the database clock) turn samples into CPU µs per
-task. Each sample is put in one phase by the MariaDB functions on its stack: parsing, one kind of
+task (with `--batches`: the tasks accepted in the window, by their `created_at`). Each sample is put in one phase by the MariaDB functions on its stack: parsing, one kind of
 statement's execution (SELECT, UPDATE, INSERT, COMMIT; an UPDATE split further into InnoDB's
 row work, the range optimizer that reads the `IN (…)` lists and the evaluation of the SET
 values), the protocol around statements, and the rest (background threads: purge, the log
@@ -75,11 +76,18 @@ def samples(text: str):
         yield stack
 
 
-def _leasing(db: str) -> bool:
-    """Whether `db`'s workload leases tasks (False while its tables are still being made): a
-    read of one row, not a scan, as it is asked five times a second."""
+# Per workload: when it is under way (a read of a few rows, not a scan, as it is asked five
+# times a second), and the tasks it handled between two database clock readings.
+_UNDER_WAY = {"drain": "SELECT EXISTS (SELECT 1 FROM leases)",
+              "batches": "SELECT EXISTS (SELECT 1 FROM tasks LIMIT 1 OFFSET 1000)"}
+_HANDLED = {"drain": "SELECT COUNT(*) FROM tasks WHERE finished_at > '{t0}' AND finished_at <= '{t1}'",
+            "batches": "SELECT COUNT(*) FROM tasks WHERE created_at > '{t0}' AND created_at <= '{t1}'"}
+
+
+def _under_way(db: str, kind: str) -> bool:
+    """False too while the workload's tables are still being made."""
     try:
-        return mysql("SELECT EXISTS (SELECT 1 FROM leases)", db).strip() == "1"
+        return mysql(_UNDER_WAY[kind], db).strip() == "1"
     except subprocess.CalledProcessError:
         return False
 
@@ -98,12 +106,17 @@ def main() -> None:
     ap.add_argument("--probe", action="store_true", help="light load through bench/latency_probe.py instead")
     ap.add_argument("--rate", type=float, default=50)
     ap.add_argument("--seconds", type=float, default=25)
+    ap.add_argument("--batches", type=int, default=0,
+                    help="batch submits of 500 (bench/submit.py) instead of a drain: MariaDB CPU per accepted task")
     ap.add_argument("--record", type=float, default=5, help="seconds of sampling")
     args = ap.parse_args()
     if not shutil.which("perf"):
         sys.exit("perf is not installed")
     here = Path(__file__).resolve().parent
-    if args.probe:
+    kind = "batches" if args.batches else "drain"
+    if args.batches:
+        cmd = [sys.executable, str(here / "submit.py"), "--single", "1", "--batches", str(args.batches)]
+    elif args.probe:
         cmd = [sys.executable, str(here / "latency_probe.py"), "--rate", str(args.rate), "--seconds", str(args.seconds)]
     else:
         cmd = [sys.executable, str(here / "drain_cpu.py"), "--tasks", str(args.tasks)]
@@ -115,7 +128,7 @@ def main() -> None:
     before = set(mysql("SHOW DATABASES LIKE 'orbit\\_bench\\_%'").split())
     workload = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        out, ended, script = _sample(workload, before, mariadbd[0], args.record)
+        out, ended, script = _sample(workload, kind, before, mariadbd[0], args.record)
     finally:
         if workload.poll() is None:
             workload.kill()
@@ -123,15 +136,16 @@ def main() -> None:
     _report(out, ended, script, args.record)
 
 
-def _sample(workload: subprocess.Popen, before: set[str], pid: str, seconds: float) -> tuple[str, int, str]:
-    """The workload's output, the tasks that ended while mariadbd was sampled and the samples."""
+def _sample(workload: subprocess.Popen, kind: str, before: set[str], pid: str,
+            seconds: float) -> tuple[str, int, str]:
+    """The workload's output, the tasks it handled while mariadbd was sampled and the samples."""
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "perf.data"
         db = None
         deadline = time.time() + 120
         while time.time() < deadline and workload.poll() is None:
             db = db or newest_database(before)
-            if db and _leasing(db):
+            if db and _under_way(db, kind):
                 break
             time.sleep(0.2)
         if db is None or workload.poll() is not None:
@@ -141,7 +155,7 @@ def _sample(workload: subprocess.Popen, before: set[str], pid: str, seconds: flo
         subprocess.run(["perf", "record", "-e", "cpu-clock", "-F", str(HZ), "-g", "-p", pid, "-o", str(data),
                         "--", "sleep", str(seconds)], check=True, capture_output=True)
         t1 = mysql("SELECT NOW(6)", db).strip()
-        ended = int(mysql(f"SELECT COUNT(*) FROM tasks WHERE finished_at > '{t0}' AND finished_at <= '{t1}'", db))
+        ended = int(mysql(_HANDLED[kind].format(t0=t0, t1=t1), db))
         out = workload.communicate()[0]
         script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,ip,sym"], check=True, capture_output=True,
                                 text=True).stdout
@@ -149,10 +163,10 @@ def _sample(workload: subprocess.Popen, before: set[str], pid: str, seconds: flo
 
 
 def _report(out: str, ended: int, script: str, seconds: float) -> None:
-    last = [line for line in out.splitlines() if line.startswith(("preload", "TOTAL", "  TOTAL"))]
+    last = [line for line in out.splitlines() if line.lstrip().startswith(("preload", "TOTAL", "batch"))]
     print(last[-1] if last else out.strip().splitlines()[-1])
     if not ended:
-        sys.exit("no task ended while sampling")
+        sys.exit("no task was handled while sampling")
     phases: collections.Counter[str] = collections.Counter()
     for stack in samples(script):
         phases[classify(stack)] += 1

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
 from hypothesis import strategies as st
 
 from orbit.server.core.ids import new_id
+from orbit.server.store.queries import tasks as task_q
 from orbit.server.store.tx import Stmt
 
 from .test_usage_guards import run_examples
@@ -45,3 +47,35 @@ async def _write_and_read(db, case: tuple[list[tuple[str, int]], str]) -> None:
 
 def test_values_read_back_as_they_were_written(db_url):
     run_examples(db_url, _write_and_read, CASES, max_examples=150)
+
+
+@pytest.mark.anyio
+async def test_task_rows_read_back_whole_with_the_columns_null_in_all_of_them_left_out(db):
+    """`task_q.insert` leaves out the columns NULL in every row it writes (they default to
+    NULL): rows of one statement with different columns set, and rows with none, read back
+    exactly as given."""
+    when = datetime(2026, 12, 1, 12, 0, 0, 123456)
+    ns, app, queue = new_id(), new_id(), new_id()
+
+    def row(**set_: object) -> dict[str, object]:
+        values = {c: None for c in task_q.COLUMNS}
+        values.update(id=new_id(), namespace_id=ns, application_id=app, queue_id=queue, state="WAITING",
+                      payload='{"n":1}', priority=5, resource_keys="[]", max_attempts=3, attempts=0,
+                      retry_policy='{"initial_backoff_ms":1000}', on_lease_lost="review", available_at=when,
+                      cancel_requested=False, created_at=when, updated_at=when, **set_)
+        return values
+
+    plain = row()
+    rich = row(schedule_id=new_id(), trigger_at=when, deadline_at=when, sweep_at=when, traceparent="00-" + "a" * 32
+               + "-" + "b" * 16 + "-01")
+    alone = row(start_deadline_at=when)
+
+    async def write(tx):
+        await task_q.insert(tx, [plain, rich])
+        await task_q.insert(tx, [alone])
+
+    await db.transaction(write)
+    for written in (plain, rich, alone):
+        (got,) = await db.read(lambda tx, w=written: tx.rows(task_q.by_id(ns, w["id"], payload=True)))
+        assert {c: got[c] for c in task_q.COLUMNS} == {**written, "cancel_requested": got["cancel_requested"]}
+        assert not got["cancel_requested"]
