@@ -79,3 +79,30 @@ async def test_task_rows_read_back_whole_with_the_columns_null_in_all_of_them_le
         (got,) = await db.read(lambda tx, w=written: tx.rows(task_q.by_id(ns, w["id"], payload=True)))
         assert {c: got[c] for c in task_q.COLUMNS} == {**written, "cancel_requested": got["cancel_requested"]}
         assert not got["cancel_requested"]
+
+
+@pytest.mark.anyio
+async def test_rows_whose_shared_values_travel_as_session_variables_read_back_when_reordered(db):
+    """Two multi-row INSERTs of one transaction, each with values shared by all its rows (on
+    MySQL: session variables set just before it), and `lead_commit` moving the second before
+    the first: each keeps its own values."""
+    first_ns, second_ns = new_id(), new_id()
+    first_at = datetime(2026, 12, 1, 12, 0, 0, 111111)
+    second_at = datetime(2026, 12, 2, 12, 0, 0, 222222)
+    written = {ns: [(new_id(), ns, None, 1, when, f"[{i}]") for i in range(3)]
+               for ns, when in ((first_ns, first_at), (second_ns, second_at))}
+
+    async def write(tx):
+        await tx.defer_rows(INSERT_BATCH, written[first_ns])
+        await tx.defer(Stmt("UPDATE event_batches SET count = 2 WHERE namespace_id = ?", (first_ns,)))
+        await tx.defer_rows(Stmt("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at, events) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)"), written[second_ns])
+        tx.lead_commit("INSERT INTO event_batches (batch_id, namespace_id, seq, count, created_at, events) ")
+
+    await db.transaction(write)
+    for ns, count in ((first_ns, 2), (second_ns, 1)):
+        got = await db.read(lambda tx, ns=ns: tx.rows(Stmt(
+            "SELECT batch_id, namespace_id, count, created_at, events FROM event_batches WHERE namespace_id = ? "
+            "ORDER BY batch_id", (ns,))))
+        assert [(r["batch_id"], r["namespace_id"], int(r["count"]), r["created_at"], r["events"]) for r in got] == \
+            [(b, n, count, when, events) for b, n, _, _, when, events in sorted(written[ns])]

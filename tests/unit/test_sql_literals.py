@@ -6,7 +6,7 @@ from asyncmy.converters import escape_item
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orbit.server.store.literals import Literals
+from orbit.server.store.literals import HOISTED_LENGTH, Literals
 from orbit.server.store.tx import Stmt, Tx
 
 lits = Literals()
@@ -59,3 +59,31 @@ def test_values_list_built_column_by_column_equals_row_by_row(rows):
 
 def test_values_list_with_every_column_constant():
     assert lits.values_list([["a%s", 1], ["a%s", 1]]) == "('a%s',1),('a%s',1)"
+
+
+@given(st.integers(min_value=1, max_value=6).flatmap(
+    lambda width: st.lists(st.lists(_values, min_size=width, max_size=width), min_size=1, max_size=12)))
+def test_values_list_with_hoisting_is_the_same_once_its_variables_are_put_back(rows):
+    """A hoisted literal (a long one, the same in every row of two or more) stands as the session
+    variable it was given; putting each literal back where its variable stands gives the text
+    without hoisting, percent signs included."""
+    hoisted: dict[str, str] = {}
+
+    def hoist(text: str) -> str:
+        name = f"@orbit_v{len(hoisted)}"
+        hoisted[name] = text
+        return name
+
+    text = lits.values_list(rows, hoist)
+    assert all(len(v) >= HOISTED_LENGTH for v in hoisted.values())
+    assert not hoisted or len(rows) > 1
+    for name in sorted(hoisted, key=len, reverse=True):  # @orbit_v10 before @orbit_v1
+        text = text.replace(name, hoisted[name])
+    assert text == lits.values_list(rows)
+
+
+def test_only_long_literals_shared_by_every_row_are_hoisted():
+    shared, other = "a" * 20, "b" * 20
+    names = iter(["@orbit_v0", "@orbit_v1"])
+    assert lits.values_list([[shared, other, "x", 1], [shared, "c" * 20, "x", 1]], lambda _: next(names)) == \
+        f"(@orbit_v0,'{other}','x',1),(@orbit_v0,'{'c' * 20}','x',1)"

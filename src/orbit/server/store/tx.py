@@ -120,6 +120,9 @@ class Revisable:
         self.bytes = size
 
 
+_HOISTED_SET = "SET @orbit_v"  # how `_render_rows`'s statements begin
+
+
 class Tx:
     """An open transaction (or, for reads, an autocommit connection).
 
@@ -139,6 +142,7 @@ class Tx:
         self._now: datetime | None = None
         self._deferred: list[str] = []
         self._deferred_bytes = 0
+        self._hoisted = 0  # session variables this transaction's multi-row INSERTs have named
         self._literals = Literals()
         # MySQL error code -> exception to raise instead, for errors a deferred write may cause:
         # they surface with whichever later round trip (or the COMMIT) carries that write.
@@ -408,7 +412,35 @@ class Tx:
             await self.insert_rows(stmt, rows)
             return
         head = self._text(stmt).partition(" VALUES ")[0]
-        await self._defer_halves(lambda part: f"{head} VALUES " + self._literals.values_list(part), rows)
+        await self._defer_rows_halves(head, rows)
+
+    def _render_rows(self, head: str, rows: Sequence[Sequence[Any]]) -> tuple[str | None, str]:
+        """The `SET` of the session variables that stand for the values shared by all `rows`
+        (None without any), and the INSERT that reads them."""
+        sets: list[str] = []
+
+        def hoist(text: str) -> str:
+            name = f"@orbit_v{self._hoisted}"  # never reused in the transaction: see `_lead`
+            self._hoisted += 1
+            sets.append(f"{name} = {text}")
+            return name
+
+        values = self._literals.values_list(rows, hoist)
+        return ("SET " + ", ".join(sets) if sets else None), f"{head} VALUES {values}"
+
+    async def _defer_rows_halves(self, head: str, rows: Sequence[Sequence[Any]]) -> None:
+        """`_defer_halves` for a multi-row INSERT: its `SET` goes just before it (in the same
+        round trip, or an earlier one: the variables last as long as the connection)."""
+        prelude, text = self._render_rows(head, rows)
+        size = text_bytes(text) + (text_bytes(prelude) if prelude else 0)
+        if len(rows) > 1 and size > ROUND_TRIP_BYTES:
+            half = len(rows) // 2
+            await self._defer_rows_halves(head, rows[:half])
+            await self._defer_rows_halves(head, rows[half:])
+            return
+        if prelude is not None:
+            await self._defer_text(prelude)
+        await self._defer_text(text)
 
     async def insert_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
         """A multi-row `INSERT … VALUES (?, …)` for `rows`, now."""
@@ -455,7 +487,14 @@ class Tx:
         heads = self._leading
         if heads and self._deferred:
             rank = {h: i for i, h in enumerate(heads)}
-            self._deferred.sort(key=lambda t: next((rank[h] for h in heads if t.startswith(h)), len(heads)))
+            ranks = [next((rank[h] for h in heads if t.startswith(h)), len(heads)) for t in self._deferred]
+            # The SET of an INSERT's session variables keeps its place just before that INSERT
+            # (the sort is stable, and no two INSERTs of a transaction share a variable).
+            for i in range(len(ranks) - 2, -1, -1):
+                if self._deferred[i].startswith(_HOISTED_SET):
+                    ranks[i] = ranks[i + 1]
+            order = sorted(range(len(ranks)), key=ranks.__getitem__)
+            self._deferred[:] = [self._deferred[i] for i in order]
 
     async def commit_deferred(self) -> bool:
         """Send the deferred writes (and the `at_commit` reads) together with COMMIT, or before a
