@@ -77,17 +77,31 @@ def test_many_small_writes_still_travel_together():
     assert len(anyio.run(run)) == 1
 
 
-def test_a_multi_row_insert_is_cut_by_size():
+def _insert_rows(bodies: list[str]) -> list[str]:
     async def run():
         tx, d = _tx()
         await tx.defer_rows(Stmt("INSERT INTO events (id, body) VALUES (?, ?)"),
-                            [[i, "e" * MIB] for i in range(10)])
+                            [[i, body] for i, body in enumerate(bodies)])
         await tx.commit_deferred()
         return d.sent
 
-    sent = anyio.run(run)
+    return anyio.run(run)
+
+
+def test_a_multi_row_insert_is_cut_by_size():
+    sent = _insert_rows([f"{i:02}" + "e" * MIB for i in range(10)])
     assert len(sent) >= 3
-    assert sum(text.count("'" + "e" * 16) for text in sent) == 10
+    assert all(len(text) <= ROUND_TRIP_BYTES + 64 * 1024 for text in sent)
+    assert sum(text.count(f"'{i:02}" + "e" * 16) for text in sent for i in range(10)) == 10
+
+
+def test_a_large_value_shared_by_every_row_travels_once():
+    """It is set once in a session variable, which every row reads."""
+    sent = _insert_rows(["e" * MIB] * 10)
+    assert len(sent) == 1
+    assert sent[0].count("'" + "e" * 16) == 1
+    assert sent[0].startswith("SET @orbit_v0 = '")
+    assert ";\nINSERT INTO events (id, body) VALUES (0,@orbit_v0),(1,@orbit_v0)," in sent[0]
 
 
 @pytest.mark.parametrize("value,at_most", [("abc", 3), ("é", 4), ("aé", 8)])
