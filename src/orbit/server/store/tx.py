@@ -120,7 +120,8 @@ class Revisable:
         self.bytes = size
 
 
-_HOISTED_SET = "SET @orbit_v"  # how `_render_rows`'s statements begin
+_HOISTED = "@orbit_v"  # the session variables `_render_rows` names, numbered
+_HOISTED_SET = f"SET {_HOISTED}"  # how its statements that set them begin
 
 
 class Tx:
@@ -384,17 +385,19 @@ class Tx:
         if not self._multi:
             await self.count(build(items))
             return
-        await self._defer_halves(lambda part: self._mogrify(build(part)), items)
+        await self._defer_halves(lambda part: [self._mogrify(build(part))], items)
 
-    async def _defer_halves(self, render: Callable[[Sequence[Any]], str], items: Sequence[Any]) -> None:
-        """Defer `render(items)`, or (past a round trip's size) the halves of `items`, recursively."""
-        text = render(items)
-        if len(items) > 1 and text_bytes(text) > ROUND_TRIP_BYTES:
+    async def _defer_halves(self, render: Callable[[Sequence[Any]], list[str]], items: Sequence[Any]) -> None:
+        """Defer the statements of `render(items)` in their order, or (past a round trip's size)
+        those of the halves of `items`, recursively."""
+        texts = render(items)
+        if len(items) > 1 and sum(map(text_bytes, texts)) > ROUND_TRIP_BYTES:
             half = len(items) // 2
             await self._defer_halves(render, items[:half])
             await self._defer_halves(render, items[half:])
             return
-        await self._defer_text(text)
+        for text in texts:
+            await self._defer_text(text)
 
     async def _defer_text(self, text: str) -> None:
         """Defer one statement's text; the deferred writes go at once when they fill a round trip."""
@@ -412,35 +415,22 @@ class Tx:
             await self.insert_rows(stmt, rows)
             return
         head = self._text(stmt).partition(" VALUES ")[0]
-        await self._defer_rows_halves(head, rows)
+        await self._defer_halves(lambda part: self._render_rows(head, part), rows)
 
-    def _render_rows(self, head: str, rows: Sequence[Sequence[Any]]) -> tuple[str | None, str]:
-        """The `SET` of the session variables that stand for the values shared by all `rows`
-        (None without any), and the INSERT that reads them."""
+    def _render_rows(self, head: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+        """The INSERT of `rows`, after the `SET` of the session variables that stand for the
+        values all of them share, if any. The `SET` may go in an earlier round trip than its
+        INSERT: the variables last as long as the connection."""
         sets: list[str] = []
 
         def hoist(text: str) -> str:
-            name = f"@orbit_v{self._hoisted}"  # never reused in the transaction: see `_lead`
+            name = f"{_HOISTED}{self._hoisted}"  # never reused in the transaction: see `_lead`
             self._hoisted += 1
             sets.append(f"{name} = {text}")
             return name
 
-        values = self._literals.values_list(rows, hoist)
-        return ("SET " + ", ".join(sets) if sets else None), f"{head} VALUES {values}"
-
-    async def _defer_rows_halves(self, head: str, rows: Sequence[Sequence[Any]]) -> None:
-        """`_defer_halves` for a multi-row INSERT: its `SET` goes just before it (in the same
-        round trip, or an earlier one: the variables last as long as the connection)."""
-        prelude, text = self._render_rows(head, rows)
-        size = text_bytes(text) + (text_bytes(prelude) if prelude else 0)
-        if len(rows) > 1 and size > ROUND_TRIP_BYTES:
-            half = len(rows) // 2
-            await self._defer_rows_halves(head, rows[:half])
-            await self._defer_rows_halves(head, rows[half:])
-            return
-        if prelude is not None:
-            await self._defer_text(prelude)
-        await self._defer_text(text)
+        insert = f"{head} VALUES {self._literals.values_list(rows, hoist)}"
+        return ["SET " + ", ".join(sets), insert] if sets else [insert]
 
     async def insert_rows(self, stmt: Stmt, rows: Sequence[Sequence[Any]]) -> None:
         """A multi-row `INSERT … VALUES (?, …)` for `rows`, now."""
