@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._harness import mysql
+from bench._harness import mysql, pid_of
 
 HZ = 1999
 
@@ -122,13 +122,13 @@ def main() -> None:
         cmd = [sys.executable, str(here / "drain_cpu.py"), "--tasks", str(args.tasks)]
         if args.sdk:
             cmd += ["--sdk", "--sessions", "1", "--concurrency", "64"]
-    mariadbd = subprocess.run(["pgrep", "-o", "-x", "mariadbd"], check=False, capture_output=True, text=True).stdout.split()
-    if not mariadbd:
+    mariadbd = pid_of("-x", "mariadbd")
+    if mariadbd is None:
         sys.exit("no mariadbd process on this machine")
     before = set(mysql("SHOW DATABASES LIKE 'orbit\\_bench\\_%'").split())
     workload = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        out, ended, script = _sample(workload, kind, before, mariadbd[0], args.record)
+        out, ended, script = _sample(workload, kind, before, str(mariadbd), args.record)
     finally:
         if workload.poll() is None:
             workload.kill()
