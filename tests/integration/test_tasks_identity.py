@@ -107,6 +107,49 @@ async def test_replay_after_retries_and_a_result_is_still_the_submitted_snapshot
     assert batch["results"] == [{"deduplicated": True, "task": first}]
 
 
+async def test_a_task_available_at_once_keeps_no_response_and_replays_as_submitted(tenant):
+    """Without `available_at`, the task was available from its acceptance: its record keeps no
+    response (the task row's created_at is the snapshot's available_at), and a replay after the
+    task moved on (a retry changed its available_at) still answers the original snapshot, alone
+    and in a batch, as do the batch's own replay and a record written with a response."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from orbit.server.store.tables import tasks
+
+    q = await tenant.create_queue()
+    body = {"payload": {"n": 3}, "priority": 6}
+    first = await submit(tenant, q, body, key="at-once")
+    assert first["available_at"] == first["created_at"]
+    items = [{"idempotency_key": "at-once-in-batch", "payload": {"n": 4}},
+             {"idempotency_key": "later-in-batch", "payload": {"n": 5}, "available_at": in_seconds(60)}]
+    batch_path = f"/v1/queues/{q['id']}/tasks:batch"
+    submitted = ok(await tenant.post(batch_path, {"tasks": items}, key="at-once-batch"))["results"]
+    [record] = await idempotency_records_for(tenant, "at-once")
+    assert record["response"] is None and record["resource_id"] == first["id"]
+    [in_batch] = await idempotency_records_for(tenant, "at-once-in-batch")
+    assert in_batch["response"] is None
+    [later] = await idempotency_records_for(tenant, "later-in-batch")
+    assert later["response"] is not None
+
+    async def retried(tx):
+        now = await tx.now()
+        ids = [first["id"], *(r["task"]["id"] for r in submitted)]
+        await tx.execute(update(tasks).where(tasks.c.id.in_(ids)).values(
+            attempts=1, available_at=now + timedelta(minutes=3), updated_at=now + timedelta(seconds=1)))
+
+    await tenant.db.core_transaction(retried)
+    assert ok(await tenant.get(f"/v1/tasks/{first['id']}"))["available_at"] != first["available_at"]
+    assert ok(await tenant.post(tasks_path(q), body, key="at-once")) == {"deduplicated": True, "task": first}
+    again = ok(await tenant.post(batch_path, {"tasks": [{"idempotency_key": "at-once", **body}, *items]},
+                                 key="at-once-batch-2"))
+    assert again["results"] == [{"deduplicated": True, "task": first},
+                                *({"deduplicated": True, "task": r["task"]} for r in submitted)]
+    # The batch's own replay answers as the batch did, each item's task as submitted.
+    assert ok(await tenant.post(batch_path, {"tasks": items}, key="at-once-batch"))["results"] == submitted
+
+
 async def test_identity_is_scoped_to_the_namespace_and_checked_for_permissions(tenant, db, http):
     q = await tenant.create_queue()
     first = await submit(tenant, q, {"payload": 1}, key="shared-key")

@@ -103,19 +103,24 @@ def _snapshot_without_payload(task: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in task.items() if k != "payload"}
 
 
-def _submit_receipt(row: dict[str, Any]) -> str:
-    """What a submit's idempotency record keeps to replay its snapshot: the task id and the one
-    field of the snapshot that neither stays on the task row nor is fixed at submission.
+def _submit_receipt(row: dict[str, Any]) -> str | None:
+    """What a submit's idempotency record keeps to replay its snapshot besides the task id (its
+    resource id): the one field of the snapshot that neither stays on the task row nor is fixed
+    at submission, `available_at`, and nothing when that was the acceptance time (no
+    `available_at` was asked for), which the task row keeps as `created_at`.
 
     Tasks are never deleted and their other snapshot fields are either immutable or known at
     submission (WAITING, no attempt, no result, updated when created), so the snapshot is
     rebuilt from the row (`_rehydrate`) instead of stored with every receipt."""
+    if row["available_at"] == row["created_at"]:
+        return None
     return orjson.dumps({"submitted": {"id": row["id"], "available_at": format_ts(row["available_at"])}}).decode()
 
 
-def receipt_snapshot(response: str) -> dict[str, Any]:
-    """The task snapshot of a submit's record: a stub for `_rehydrate` to complete."""
-    submitted = orjson.loads(response)["submitted"]
+def receipt_snapshot(response: str | None, task_id: str) -> dict[str, Any]:
+    """The task snapshot of a submit's record (its response and resource id): a stub for
+    `_rehydrate` to complete."""
+    submitted = orjson.loads(response)["submitted"] if response is not None else {"id": task_id}
     return {"id": submitted["id"], _AS_SUBMITTED: submitted}
 
 
@@ -140,7 +145,7 @@ async def _rehydrate(tx: Tx, snapshots: list[dict[str, Any]]) -> None:
         submitted = s.pop(_AS_SUBMITTED, None)
         if submitted is not None and row is not None:
             task = task_json({**row, **_AT_SUBMISSION, "updated_at": row["created_at"]}, _j(row["payload"]))
-            task["available_at"] = submitted["available_at"]
+            task["available_at"] = submitted.get("available_at", task["created_at"])
             s.clear()
             s.update(task)
         else:
@@ -367,7 +372,7 @@ async def admit(
             if prior["digest"] != cmd.digest:
                 results[i] = Admission(error=idempotency_conflict())
                 continue
-            task = receipt_snapshot(prior["response"])
+            task = receipt_snapshot(prior["response"], prior["resource_id"])
             replays.append(task)
             results[i] = Admission(outcome=Outcome(True, {"task": task}, task["id"]))
             continue
@@ -649,7 +654,7 @@ async def _replay_batch(tx: Tx, scope: IdempotencyScope, previous: Outcome) -> O
     receipts: dict[str, dict[str, Any]] = {}
     if refs:
         rows = await tx.rows(idem_q.receipts(scope.namespace_id, OP_SUBMIT, refs))
-        receipts = {r["idem_key"]: receipt_snapshot(r["response"]) for r in rows}
+        receipts = {r["idem_key"]: receipt_snapshot(r["response"], r["resource_id"]) for r in rows}
         if len(receipts) < len(refs):
             return None
     results = []

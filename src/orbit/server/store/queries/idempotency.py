@@ -22,8 +22,9 @@ def lookup(namespace_id: str, operation: str, key: str) -> Stmt:
 
 def receipts(namespace_id: str, operation: str, keys: list[str]) -> Stmt:
     """The records of several keys of one operation."""
-    return Stmt("SELECT idem_key, digest, response FROM idempotency_records WHERE namespace_id = ? AND operation = ? "
-                f"AND idem_key IN ({placeholders(len(keys))})", (namespace_id, operation, *keys))
+    return Stmt("SELECT idem_key, digest, response, resource_id FROM idempotency_records "
+                f"WHERE namespace_id = ? AND operation = ? AND idem_key IN ({placeholders(len(keys))})",
+                (namespace_id, operation, *keys))
 
 
 async def reserve(tx: Tx, namespace_id: str, operation: str, key: str, digest: str, now: datetime) -> None:
