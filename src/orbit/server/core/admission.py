@@ -43,6 +43,8 @@ def resolve_times(
 ) -> TaskTimes:
     """Check a task's time windows (availability, start deadline, deadline) and turn the inputs
     into naive-UTC instants."""
+    if available_at is None and start_deadline_at is None and deadline_at is None and deadline_seconds is None:
+        return TaskTimes(now, None, None)  # most tasks: nothing to check
     if deadline_at is not None and deadline_seconds is not None:
         raise TimeRuleError("deadline_seconds", "give deadline_at or deadline_seconds, not both")
     avail = now

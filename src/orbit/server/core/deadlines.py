@@ -23,6 +23,8 @@ def start_deadline_applies(state: str, attempts: int) -> bool:
 def next_sweep(state: str, attempts: int, deadline_at: datetime | None, start_deadline_at: datetime | None,
                cancel_requested: bool) -> datetime | None:
     """The earliest deadline still able to act on the task, or None when none can."""
+    if deadline_at is None and start_deadline_at is None:
+        return None  # most tasks have none
     if state in (states.WAITING, states.LEASED):
         times = [deadline_at]
         if start_deadline_applies(state, attempts):

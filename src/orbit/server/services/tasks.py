@@ -246,7 +246,7 @@ def _new_task_row(
         "state": states.WAITING,
         "payload": payload_text,
         "priority": req.priority,
-        "resource_keys": orjson.dumps(req.resource_keys).decode(),
+        "resource_keys": orjson.dumps(req.resource_keys).decode() if req.resource_keys else "[]",
         "max_attempts": req.max_attempts,
         "attempts": 0,
         "retry_policy": retry_text,
@@ -279,6 +279,8 @@ class NamedKeys:
     def resolve(self, names: list[str]) -> tuple[list[str], str | None]:
         """The keys' ids in the order named, and the key to park the task on at once (one
         without a free permit now), or refuse: every named key must exist and not be retired."""
+        if not names:
+            return [], None
         ids = []
         for name in names:
             row = self.rows.get(name)
