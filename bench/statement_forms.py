@@ -35,6 +35,7 @@ from bench._harness import (
     pid_of,
 )
 from orbit.server.store import migrate
+from orbit.server.store.literals import Literals
 from orbit.server.store.queries.tasks import COLUMNS
 
 NOW = "'2026-12-05 09:10:21.093649'"
@@ -43,8 +44,8 @@ NULL_IN_EVERY_ROW = ("schedule_id", "trigger_at", "start_deadline_at", "deadline
                      "result", "error", "finished_at", "resource_key_ids", "parked_on", "traceparent")
 
 
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
+# A value as the store quotes it in the statements it sends.
+_q = Literals().literal
 
 
 def insert_forms(ns: str, app: str, queue: str) -> dict[str, Callable[[], str]]:
