@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from orbit.server.services import dispatch, scheduler
+from orbit.server.wakeups import Notifier
 
 from .task_helpers import configure
 from .worker_client import Worker
@@ -33,9 +34,32 @@ def polls(monkeypatch):
     return calls
 
 
-async def _waiting(w: Worker, queue_id: str, *, max_tasks: int = 1, wait_ms: int = 5000) -> asyncio.Task:
+@pytest.fixture
+def waits_begun(monkeypatch) -> list[str]:
+    """The queues of the claims that began to wait on a node, in order: a claim waits only
+    once its first transaction is over."""
+    begun: list[str] = []
+    original = Notifier.wait
+
+    async def wait(self, queue_id, *args, **kwargs):
+        begun.append(queue_id)
+        return await original(self, queue_id, *args, **kwargs)
+
+    monkeypatch.setattr(Notifier, "wait", wait)
+    return begun
+
+
+async def _waiting(w: Worker, queue_id: str, begun: list[str], *, max_tasks: int = 1,
+                   wait_ms: int = 5000) -> asyncio.Task:
+    """A claim of `w` on `queue_id` that found nothing and waits (`begun`: the `waits_begun` fixture): its first transaction is over
+    (however slow the machine) and the node had 0.3 s to poll meanwhile."""
+    waits_before = begun.count(queue_id)
     claim = asyncio.create_task(w.call("claim", queue_id=queue_id, max_tasks=max_tasks, wait_ms=wait_ms))
-    await asyncio.sleep(0.3)  # its first transaction found nothing: it waits
+    await asyncio.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while begun.count(queue_id) == waits_before:
+        assert not claim.done() and time.monotonic() < deadline
+        await asyncio.sleep(0.01)
     assert not claim.done()
     return claim
 
@@ -70,13 +94,13 @@ async def test_claims_waiting_on_an_empty_queue_run_no_transaction_until_their_w
 
 
 async def test_a_task_submitted_through_another_node_wakes_one_waiting_claim(
-        tenant, base, http, claim_transactions):
+        tenant, base, http, claim_transactions, waits_begun):
     q = await tenant.create_queue()
     async with Worker.connect(base, tenant.token) as a, Worker.connect(base, tenant.token) as b, \
             Worker.connect(base, tenant.token) as c:
         for s in (a, b, c):
             await s.hello(q["id"])
-        waiting = [await _waiting(s, q["id"], wait_ms=3000) for s in (a, b, c)]
+        waiting = [await _waiting(s, q["id"], waits_begun, wait_ms=3000) for s in (a, b, c)]
         before = len(claim_transactions)
         task = await _submit(tenant, http, q["id"])
         done, pending = await asyncio.wait(waiting, timeout=1.5, return_when=asyncio.FIRST_COMPLETED)
@@ -100,13 +124,13 @@ async def test_a_claim_waits_for_a_delayed_task_to_fall_due(tenant, base, http):
         assert datetime.now(UTC) >= due - timedelta(milliseconds=50)
 
 
-async def test_a_queue_resumed_through_another_node_wakes_its_waiting_claim(tenant, base, http):
+async def test_a_queue_resumed_through_another_node_wakes_its_waiting_claim(tenant, base, http, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     await configure(tenant, q["id"], paused=True)
     async with Worker.connect(base, tenant.token) as w:
         await w.hello(q["id"])
-        claim = await _waiting(w, q["id"])
+        claim = await _waiting(w, q["id"], waits_begun)
         await asyncio.sleep(0.3)  # polls meanwhile find the queue paused: the claim keeps waiting
         assert not claim.done()
         await configure(tenant, q["id"], paused=False)
@@ -138,12 +162,12 @@ async def test_a_worker_node_that_keeps_waiting_stays_seen_as_waiting(tenant, ba
         assert len(got) == 2
 
 
-async def test_claims_on_a_queue_the_poll_found_idle_wait_without_a_transaction(tenant, base, claim_transactions):
+async def test_claims_on_a_queue_the_poll_found_idle_wait_without_a_transaction(tenant, base, claim_transactions, waits_begun):
     q = await tenant.create_queue()
     async with Worker.connect(base, tenant.token) as keeper, Worker.connect(base, tenant.token) as w:
         await keeper.hello(q["id"])
         await w.hello(q["id"])
-        kept = await _waiting(keeper, q["id"], wait_ms=6000)  # the node polls the queue meanwhile
+        kept = await _waiting(keeper, q["id"], waits_begun, wait_ms=6000)  # the node polls the queue meanwhile
         before = len(claim_transactions)
         for _ in range(5):
             assert (await w.call("claim", queue_id=q["id"], max_tasks=1, wait_ms=300))["tasks"] == []
@@ -152,7 +176,7 @@ async def test_claims_on_a_queue_the_poll_found_idle_wait_without_a_transaction(
         kept.cancel()
 
 
-async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant, base, http, claim_transactions):
+async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant, base, http, claim_transactions, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     async with Worker.connect(base, tenant.token) as keeper, Worker.connect(base, tenant.token) as w:
@@ -160,7 +184,7 @@ async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant,
         await w.hello(q["id"])
         first = await w.call("claim", id="claim-once", queue_id=q["id"], max_tasks=1)
         assert [t["task_id"] for t in first["tasks"]] == [task["id"]]
-        kept = await _waiting(keeper, q["id"], wait_ms=6000)  # polls find the queue idle
+        kept = await _waiting(keeper, q["id"], waits_begun, wait_ms=6000)  # polls find the queue idle
         await asyncio.sleep(0.25)
         started = time.monotonic()
         again = await w.call("claim", id="claim-once", queue_id=q["id"], max_tasks=1, wait_ms=3000)
@@ -169,26 +193,26 @@ async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant,
         kept.cancel()
 
 
-async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, no_polling):
+async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, no_polling, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     await configure(tenant, q["id"], paused=True)
     async with Worker.connect(base, tenant.token) as w, httpx.AsyncClient(base_url=base) as same_node:
         await w.hello(q["id"])
-        claim = await _waiting(w, q["id"], wait_ms=8000)
+        claim = await _waiting(w, q["id"], waits_begun, wait_ms=8000)
         await configure(tenant, q["id"], via=same_node, paused=False)
         got = await asyncio.wait_for(claim, 2)
         assert [t["task_id"] for t in got["tasks"]] == [task["id"]]
 
 
-async def test_a_lease_recovered_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, db, no_polling):
+async def test_a_lease_recovered_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, db, no_polling, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     async with Worker.connect(base, tenant.token) as holder, Worker.connect(base, tenant.token) as w:
         await holder.hello(q["id"])
         await w.hello(q["id"])
         (held,) = (await holder.call("claim", queue_id=q["id"], max_tasks=1, lease_ms=1000))["tasks"]
-        claim = await _waiting(w, q["id"], wait_ms=8000)
+        claim = await _waiting(w, q["id"], waits_begun, wait_ms=8000)
         await asyncio.sleep(1.0)  # the unstarted lease has expired
         assert await dispatch.recover_expired_leases(db) >= 1  # other tests' leases too
         got = await asyncio.wait_for(claim, 2)
@@ -196,14 +220,14 @@ async def test_a_lease_recovered_on_the_same_node_wakes_its_waiting_claim_at_onc
         assert got["tasks"][0]["lease_id"] != held["lease_id"]
 
 
-async def test_a_schedule_firing_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, db, no_polling):
+async def test_a_schedule_firing_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, db, no_polling, waits_begun):
     q = await tenant.create_queue()
     r = await tenant.post("/v1/schedules", {"name": "every-second", "queue_id": q["id"], "interval_seconds": 1,
                                             "task": {"payload": {"n": 1}}})
     assert r.status_code == 201, r.text
     async with Worker.connect(base, tenant.token) as w:
         await w.hello(q["id"])
-        claim = await _waiting(w, q["id"], wait_ms=8000)
+        claim = await _waiting(w, q["id"], waits_begun, wait_ms=8000)
         deadline = time.monotonic() + 5
         while not await scheduler.run_once(db):  # its first point falls due within a second
             assert time.monotonic() < deadline
