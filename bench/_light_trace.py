@@ -1,0 +1,93 @@
+"""`orbit`, traced for `bench/light_path.py`: runs the CLI given after the first argument with
+every MariaDB round trip, Start frame and hand-off answer timestamped in the server.
+
+    python bench/_light_trace.py orbit server ...   # trace written to $ORBIT_BENCH_TRACE on exit
+
+Each record is one JSON line: a round trip (`rt`: its transaction, wall start and end from
+`time.perf_counter`, the thread's CPU over it, and the shapes of its statements, the deferred
+writes before `|`), a Start frame's arrival (`start`), or a submit's answer to a waiting claim
+as its COMMIT goes out (`answer`). The first word of the command line is `orbit`, so the
+harness finds the process as it finds the server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import sys
+import time
+
+import orjson
+
+from orbit.server.services import dispatch
+from orbit.server.store import tx as tx_module
+from orbit.server.ws import session as ws_session
+
+_records: list[tuple] = []
+_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE)\s+(\w+)")
+
+
+def shape(statement: str) -> str:
+    """A statement's verb and first table: enough to tell a transaction's round trips apart."""
+    m = _TABLE.search(statement)
+    return f"{statement.split(None, 1)[0]}:{m.group(1) if m else '?'}"
+
+
+def _install() -> None:
+    run_mysql = tx_module.Tx._run_mysql
+
+    async def traced_run(self, statements):
+        shapes = [*map(shape, self._deferred), "|", *map(shape, statements)]
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return await run_mysql(self, statements)
+        finally:
+            _records.append(("rt", id(self), t0, time.perf_counter(), c0, time.thread_time(), " ".join(shapes)))
+
+    tx_module.Tx._run_mysql = traced_run
+
+    command = ws_session.WorkerSession._command
+
+    def traced_command(self, frame, msg_id, kind):
+        if kind == "start":
+            _records.append(("start", time.perf_counter()))
+        return command(self, frame, msg_id, kind)
+
+    ws_session.WorkerSession._command = traced_command
+
+    answer_as_commit_goes = dispatch.Handoff.answer_as_commit_goes
+
+    def traced_answer(self, tx, served):
+        answer = self._answer
+        if served is not None and answer is not None:
+            tx_id = id(tx)
+
+            def timed(replies):
+                _records.append(("answer", tx_id, time.perf_counter()))
+                answer(replies)
+            self._answer = timed
+        return answer_as_commit_goes(self, tx, served)
+
+    dispatch.Handoff.answer_as_commit_goes = traced_answer
+
+
+def _dump(*_: object) -> None:
+    path = os.environ.get("ORBIT_BENCH_TRACE")
+    if path and _records:
+        with open(path, "wb") as f:
+            f.writelines(orjson.dumps(r) + b"\n" for r in _records)
+        _records.clear()
+
+
+def main() -> None:
+    _install()
+    atexit.register(_dump)  # the server ends on SIGTERM by draining, then exits normally
+    sys.argv = sys.argv[1:]
+    from orbit.cli.orbit import main as orbit_main
+
+    orbit_main()
+
+
+if __name__ == "__main__":
+    main()
