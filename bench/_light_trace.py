@@ -13,6 +13,7 @@ harness finds the process as it finds the server.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import re
 import sys
@@ -25,6 +26,7 @@ from orbit.server.store import tx as tx_module
 from orbit.server.ws import session as ws_session
 
 _records: list[tuple] = []
+_ids = itertools.count(1)
 _TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE)\s+(\w+)")
 
 
@@ -32,6 +34,13 @@ def shape(statement: str) -> str:
     """A statement's verb and first table: enough to tell a transaction's round trips apart."""
     m = _TABLE.search(statement)
     return f"{statement.split(None, 1)[0]}:{m.group(1) if m else '?'}"
+
+
+def _tx_id(tx: tx_module.Tx) -> int:
+    """A transaction's own number (an object's `id` is reused once it is freed)."""
+    if "_trace_id" not in tx.__dict__:
+        tx.__dict__["_trace_id"] = next(_ids)
+    return tx.__dict__["_trace_id"]
 
 
 def _install() -> None:
@@ -43,7 +52,7 @@ def _install() -> None:
         try:
             return await run_mysql(self, statements)
         finally:
-            _records.append(("rt", id(self), t0, time.perf_counter(), c0, time.thread_time(), " ".join(shapes)))
+            _records.append(("rt", _tx_id(self), t0, time.perf_counter(), c0, time.thread_time(), " ".join(shapes)))
 
     tx_module.Tx._run_mysql = traced_run
 
@@ -61,7 +70,7 @@ def _install() -> None:
     def traced_answer(self, tx, served):
         answer = self._answer
         if served is not None and answer is not None:
-            tx_id = id(tx)
+            tx_id = _tx_id(tx)
 
             def timed(replies):
                 _records.append(("answer", tx_id, time.perf_counter()))
