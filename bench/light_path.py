@@ -19,6 +19,10 @@ server's CPU over it (the thread's, other work of the node in those moments incl
   Start: COMMIT            the round trip of its writes and COMMIT (the reply follows)
   (submit: COMMIT)         the submit's COMMIT, overlapping the turn-around
 
+A submit is matched to its Start by order (the first Start frame after its answer, the first
+lock round trip after that frame): right while one task's path ends before the next submit,
+as at tens of tasks per second; at higher rates the steps mix tasks.
+
 Then it times a one-statement round trip to MariaDB back to back and after an idle gap of
 `--gap-ms` (as at light load, where each round trip follows one): on a virtual machine whose
 cores sleep when idle the second is several times the first, and every round trip of the path
