@@ -81,12 +81,11 @@ def _install() -> None:
     dispatch.Handoff.answer_as_commit_goes = traced_answer
 
 
-def _dump(*_: object) -> None:
+def _dump() -> None:
     path = os.environ.get("ORBIT_BENCH_TRACE")
     if path and _records:
         with open(path, "wb") as f:
             f.writelines(orjson.dumps(r) + b"\n" for r in _records)
-        _records.clear()
 
 
 def main() -> None:

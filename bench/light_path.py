@@ -61,7 +61,9 @@ def steps(records: list[list]) -> dict[str, list[tuple[float, float]]]:
     for rts in trips.values():
         rts.sort()
     starts = sorted(r[1] for r in records if r[0] == "start")
-    lock_trips = sorted((rt[0], tx) for tx, rts in trips.items() for rt in rts if rt[4].startswith(_LOCK_READS))
+    # (sent at, transaction, its index there) of every lock round trip
+    lock_trips = sorted((rt[0], tx, i) for tx, rts in trips.items() for i, rt in enumerate(rts)
+                        if rt[4].startswith(_LOCK_READS))
     out: dict[str, list[tuple[float, float]]] = {}
 
     def add(name: str, wall: float, cpu: float = float("nan")) -> None:
@@ -80,14 +82,10 @@ def steps(records: list[list]) -> dict[str, list[tuple[float, float]]]:
         frame = next((t for t in starts if t >= answered), None)
         if frame is None:
             continue
-        lock = next(((t0, stx) for t0, stx in lock_trips if t0 >= frame), None)
-        if lock is None or len(trips[lock[1]]) < 2:
+        lock = next((lt for lt in lock_trips if lt[0] >= frame), None)
+        if lock is None or lock[2] + 1 >= len(trips[lock[1]]):
             continue
-        start_rts = trips[lock[1]]
-        first = next(i for i, rt in enumerate(start_rts) if rt[0] == lock[0])
-        if first + 1 >= len(start_rts):
-            continue
-        locks, commit = start_rts[first], start_rts[first + 1]
+        locks, commit = trips[lock[1]][lock[2]], trips[lock[1]][lock[2] + 1]
         add("submit: reads", reads[1] - reads[0], reads[3] - reads[2])
         add("submit: planning", writes[0] - reads[1], writes[2] - reads[3])
         add("submit: writes", writes[1] - writes[0], writes[3] - writes[2])

@@ -51,8 +51,9 @@ def waits_begun(monkeypatch) -> list[str]:
 
 async def _waiting(w: Worker, queue_id: str, begun: list[str], *, max_tasks: int = 1,
                    wait_ms: int = 5000) -> asyncio.Task:
-    """A claim of `w` on `queue_id` that found nothing and waits (`begun`: the `waits_begun` fixture): its first transaction is over
-    (however slow the machine) and the node had 0.3 s to poll meanwhile."""
+    """A claim of `w` on `queue_id` that found nothing and waits: its first transaction is over
+    (however slow the machine; `begun` is the `waits_begun` fixture) and the node had 0.3 s to
+    poll meanwhile."""
     waits_before = begun.count(queue_id)
     claim = asyncio.create_task(w.call("claim", queue_id=queue_id, max_tasks=max_tasks, wait_ms=wait_ms))
     await asyncio.sleep(0.3)
@@ -124,7 +125,8 @@ async def test_a_claim_waits_for_a_delayed_task_to_fall_due(tenant, base, http):
         assert datetime.now(UTC) >= due - timedelta(milliseconds=50)
 
 
-async def test_a_queue_resumed_through_another_node_wakes_its_waiting_claim(tenant, base, http, waits_begun):
+async def test_a_queue_resumed_through_another_node_wakes_its_waiting_claim(
+        tenant, base, http, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     await configure(tenant, q["id"], paused=True)
@@ -162,7 +164,8 @@ async def test_a_worker_node_that_keeps_waiting_stays_seen_as_waiting(tenant, ba
         assert len(got) == 2
 
 
-async def test_claims_on_a_queue_the_poll_found_idle_wait_without_a_transaction(tenant, base, claim_transactions, waits_begun):
+async def test_claims_on_a_queue_the_poll_found_idle_wait_without_a_transaction(
+        tenant, base, claim_transactions, waits_begun):
     q = await tenant.create_queue()
     async with Worker.connect(base, tenant.token) as keeper, Worker.connect(base, tenant.token) as w:
         await keeper.hello(q["id"])
@@ -176,7 +179,8 @@ async def test_claims_on_a_queue_the_poll_found_idle_wait_without_a_transaction(
         kept.cancel()
 
 
-async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant, base, http, claim_transactions, waits_begun):
+async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(
+        tenant, base, http, claim_transactions, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     async with Worker.connect(base, tenant.token) as keeper, Worker.connect(base, tenant.token) as w:
@@ -193,7 +197,8 @@ async def test_a_resent_claim_is_replayed_on_a_queue_the_poll_found_idle(tenant,
         kept.cancel()
 
 
-async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, no_polling, waits_begun):
+async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_once(
+        tenant, base, http, no_polling, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     await configure(tenant, q["id"], paused=True)
@@ -205,7 +210,8 @@ async def test_a_queue_resumed_through_the_same_node_wakes_its_waiting_claim_at_
         assert [t["task_id"] for t in got["tasks"]] == [task["id"]]
 
 
-async def test_a_lease_recovered_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, http, db, no_polling, waits_begun):
+async def test_a_lease_recovered_on_the_same_node_wakes_its_waiting_claim_at_once(
+        tenant, base, http, db, no_polling, waits_begun):
     q = await tenant.create_queue()
     task = await _submit(tenant, http, q["id"])
     async with Worker.connect(base, tenant.token) as holder, Worker.connect(base, tenant.token) as w:
@@ -220,7 +226,8 @@ async def test_a_lease_recovered_on_the_same_node_wakes_its_waiting_claim_at_onc
         assert got["tasks"][0]["lease_id"] != held["lease_id"]
 
 
-async def test_a_schedule_firing_on_the_same_node_wakes_its_waiting_claim_at_once(tenant, base, db, no_polling, waits_begun):
+async def test_a_schedule_firing_on_the_same_node_wakes_its_waiting_claim_at_once(
+        tenant, base, db, no_polling, waits_begun):
     q = await tenant.create_queue()
     r = await tenant.post("/v1/schedules", {"name": "every-second", "queue_id": q["id"], "interval_seconds": 1,
                                             "task": {"payload": {"n": 1}}})
