@@ -5,9 +5,9 @@ every MariaDB round trip, Start frame and hand-off answer timestamped in the ser
 
 Each record is one JSON line: a round trip (`rt`: its transaction, wall start and end from
 `time.perf_counter`, the thread's CPU over it, and the shapes of its statements, the deferred
-writes before `|`), a Start frame's arrival (`start`), or a submit's answer to a waiting claim
-as its COMMIT goes out (`answer`). The first word of the command line is `orbit`, so the
-harness finds the process as it finds the server.
+writes before `|`; with ORBIT_BENCH_TRACE_SQL set, also the text sent), a Start frame's arrival
+(`start`), or a submit's answer to a waiting claim as its COMMIT goes out (`answer`). The first
+word of the command line is `orbit`, so the harness finds the process as it finds the server.
 """
 
 from __future__ import annotations
@@ -46,13 +46,19 @@ def _tx_id(tx: tx_module.Tx) -> int:
 def _install() -> None:
     run_mysql = tx_module.Tx._run_mysql
 
+    with_sql = bool(os.environ.get("ORBIT_BENCH_TRACE_SQL"))
+
     async def traced_run(self, statements):
         shapes = [*map(shape, self._deferred), "|", *map(shape, statements)]
+        # What Tx._run_mysql sends: the deferred writes, the statements, the reads riding with them.
+        riding = self._ahead if not statements or statements[-1] != "COMMIT" else []
+        text = ";\n".join([*self._deferred, *statements, *(t for a in riding for t in a.texts)]) if with_sql else None
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return await run_mysql(self, statements)
         finally:
-            _records.append(("rt", _tx_id(self), t0, time.perf_counter(), c0, time.thread_time(), " ".join(shapes)))
+            record = ("rt", _tx_id(self), t0, time.perf_counter(), c0, time.thread_time(), " ".join(shapes))
+            _records.append(record if text is None else (*record, text))
 
     tx_module.Tx._run_mysql = traced_run
 
