@@ -39,7 +39,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -52,14 +54,39 @@ from bench.latency_probe import probe
 _LOCK_READS = "| SELECT:tasks SELECT:leases"  # how a Start's (or a report's) first round trip begins
 
 
-def steps(records: list[list]) -> dict[str, list[tuple[float, float]]]:
-    """Per step of the path, (wall ms, server CPU ms) of every submit followed to its Start."""
-    trips: dict[int, list[tuple[float, float, float, float, str]]] = {}
+def traced_probe(database_url: str | None, rate: float, seconds: float, sessions: int, *, sql: bool = False,
+                 inside: Callable[[dict], Any] | None = None) -> tuple[list[list], Any]:
+    """`bench/latency_probe.py`'s load against one node run through `bench/_light_trace.py`
+    (with `sql`, the text of every round trip too), on `database_url` or a fresh database; the
+    trace's records, and what `inside(creds)` returned while the node still ran."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.jsonl"
+        os.environ["ORBIT_BENCH_TRACE"] = str(trace)
+        os.environ["ORBIT_BENCH_TRACE_SQL"] = "1" if sql else ""
+        os.environ["ORBIT_BENCH_SERVER_CMD"] = f"{sys.executable} {Path(__file__).with_name('_light_trace.py')} orbit"
+        with environment(database_url) as (urls, creds):
+            run_loop(probe(urls[0], creds, rate, seconds, sessions))
+            inner = inside(creds) if inside is not None else None
+        # The node writes its trace as it exits, when `environment` has stopped it.
+        records = [orjson.loads(line) for line in trace.read_bytes().splitlines()] if trace.exists() else []
+    return records, inner
+
+
+def round_trips(records: list[list]) -> dict[int, list[tuple]]:
+    """Each traced transaction's round trips, in the order they were sent: (sent, answered, CPU
+    at both, shapes[, text]) each."""
+    trips: dict[int, list[tuple]] = {}
     for r in records:
         if r[0] == "rt":
             trips.setdefault(r[1], []).append(tuple(r[2:]))
     for rts in trips.values():
-        rts.sort()
+        rts.sort(key=lambda rt: rt[0])
+    return trips
+
+
+def steps(records: list[list]) -> dict[str, list[tuple[float, float]]]:
+    """Per step of the path, (wall ms, server CPU ms) of every submit followed to its Start."""
+    trips = round_trips(records)
     starts = sorted(r[1] for r in records if r[0] == "start")
     # (sent at, transaction, its index there) of every lock round trip
     lock_trips = sorted((rt[0], tx, i) for tx, rts in trips.items() for i, rt in enumerate(rts)
@@ -129,14 +156,9 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--gap-ms", type=float, default=20)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "trace.jsonl"
-        os.environ["ORBIT_BENCH_TRACE"] = str(trace)
-        os.environ["ORBIT_BENCH_SERVER_CMD"] = f"{sys.executable} {Path(__file__).with_name('_light_trace.py')} orbit"
-        with environment(None) as (urls, creds):
-            run_loop(probe(urls[0], creds, a.rate, a.seconds, a.sessions))
-            back_to_back, after_gap = run_loop(idle_round_trips(creds["_database_url"], a.gap_ms / 1000))
-        records = [orjson.loads(line) for line in trace.read_bytes().splitlines()] if trace.exists() else []
+    records, (back_to_back, after_gap) = traced_probe(
+        None, a.rate, a.seconds, a.sessions,
+        inside=lambda creds: run_loop(idle_round_trips(creds["_database_url"], a.gap_ms / 1000)))
     found = steps(records)
     if not found:
         raise SystemExit("light_path: no submit could be followed to its Start (did the server write its trace?)")

@@ -25,23 +25,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._harness import create_mysql_database, drop_mysql_database, environment, mysql_params
+from bench._harness import create_mysql_database, drop_mysql_database, mysql_params
 from bench._worker import run_loop
-from bench.latency_probe import probe
+from bench.light_path import round_trips, traced_probe
 
 _TS = re.compile(r"'(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6})'")
 # The values a replay must not repeat: (table, index of the VALUES item) of the submit's writes.
@@ -53,20 +49,24 @@ def captured_submit(records: list[list]) -> tuple[str, str, float] | None:
     """(reads, writes) of the last submit that answered a claim in three round trips (reads,
     writes, COMMIT), with the p50 in ms of the planning between reads and writes over all such
     submits; None without one."""
-    trips: dict[int, list[list]] = {}
-    for r in records:
-        if r[0] == "rt" and len(r) > 7:
-            trips.setdefault(r[1], []).append(r)
+    trips = round_trips(records)
     found, planning = None, []
     for r in records:
         if r[0] != "answer":
             continue
-        rts = sorted(trips.get(r[1], []), key=lambda t: t[2])
-        if len(rts) != 3 or rts[2][7] != "COMMIT" or not rts[1][2] >= rts[0][3]:
+        rts = trips.get(r[1], [])
+        # (sent, answered, CPU at both, shapes, text): three round trips, traced with their text
+        if len(rts) != 3 or any(len(rt) < 6 for rt in rts) or rts[2][5] != "COMMIT" or rts[1][0] < rts[0][1]:
             continue
-        planning.append((rts[1][2] - rts[0][3]) * 1e3)
-        found = (rts[0][7], rts[1][7])
+        planning.append((rts[1][0] - rts[0][1]) * 1e3)
+        found = (rts[0][5], rts[1][5])
     return None if found is None else (*found, statistics.median(planning))
+
+
+def _statements(text: str) -> int:
+    """How many statements a round trip's text holds (`Tx._run_mysql` ends each but the last with a
+    semicolon and a newline)."""
+    return text.count(";\n") + 1
 
 
 def _values(text: str, table: str) -> list[str]:
@@ -93,12 +93,16 @@ def clock_of(writes: str) -> str:
     return m.group(1)
 
 
-def replayed(text: str, ids: list[str], clock: str, new_clock: datetime) -> str:
-    """`text` with every id of `ids` replaced by a new one of the same length, and the clock
-    (SQL and JSON spellings) by `new_clock`."""
-    for old in ids:
-        new = uuid.uuid4().hex
-        text = text.replace(old, (new * 2)[:len(old)])
+def fresh(ids: list[str]) -> dict[str, str]:
+    """A new value of the same length for each of `ids`: one round's, for all its statements."""
+    return {old: (uuid.uuid4().hex * 2)[:len(old)] for old in ids}
+
+
+def replayed(text: str, renamed: dict[str, str], clock: str, new_clock: datetime) -> str:
+    """`text` with the ids of `renamed` replaced by their new values, and the clock (SQL and
+    JSON spellings) by `new_clock`."""
+    for old, new in renamed.items():
+        text = text.replace(old, new)
     sql = new_clock.strftime("%Y-%m-%d %H:%M:%S.%f")
     return text.replace(clock, sql).replace(clock.replace(" ", "T") + "Z", sql.replace(" ", "T") + "Z")
 
@@ -124,7 +128,8 @@ async def replay(url: str, reads: str, writes: str, rounds: int, gap_s: float) -
             for k, mode in enumerate(MODES):
                 # Each round a second later: the rate windows the guards read move on as a node's would.
                 at = start + timedelta(seconds=i * len(MODES) + k)
-                r, w = replayed(reads, ids, clock, at), replayed(writes, ids, clock, at)
+                renamed = fresh(ids)  # the reads look up the keys the writes then insert, as they did
+                r, w = replayed(reads, renamed, clock, at), replayed(writes, renamed, clock, at)
                 await send("UPDATE queue_usage SET permits_in_use = 0, unfinished = 0;\n"
                            "UPDATE application_usage SET permits_in_use = 0, unfinished = 0;\nCOMMIT")
                 await asyncio.sleep(gap_s)
@@ -152,17 +157,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--gap-ms", type=float, default=20)
     a = ap.parse_args()
-    url = create_mysql_database()
+    url = create_mysql_database()  # kept past the node's run: the replay needs its rows
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            trace = Path(tmp) / "trace.jsonl"
-            os.environ["ORBIT_BENCH_TRACE"] = str(trace)
-            os.environ["ORBIT_BENCH_TRACE_SQL"] = "1"
-            tracer = Path(__file__).with_name("_light_trace.py")
-            os.environ["ORBIT_BENCH_SERVER_CMD"] = f"{sys.executable} {tracer} orbit"
-            with environment(url) as (urls, creds):
-                run_loop(probe(urls[0], creds, a.rate, a.seconds, a.sessions))
-            records = [orjson.loads(line) for line in trace.read_bytes().splitlines()] if trace.exists() else []
+        records, _ = traced_probe(url, a.rate, a.seconds, a.sessions, sql=True)
         captured = captured_submit(records)
         if captured is None:
             raise SystemExit("one_trip_submit: no submit answered a claim in three round trips")
@@ -170,7 +167,7 @@ def main() -> None:
         times = run_loop(replay(url, reads, writes, a.rounds, a.gap_ms / 1000))
     finally:
         drop_mysql_database(url)
-    print(f"the submit's transaction as captured: {reads.count(';') + 1} reads, {writes.count(';') + 1} writes "
+    print(f"the submit's transaction as captured: {_statements(reads)} reads, {_statements(writes)} writes "
           f"and its COMMIT; traced planning between them p50 {planning:.2f} ms")
     print(f"replayed, {a.rounds} rounds each, every round after {a.gap_ms:g} ms idle (ms; the first statement "
           "reads the clock):")

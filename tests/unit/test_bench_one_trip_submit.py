@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from bench.one_trip_submit import captured_submit, clock_of, fresh_ids, replayed
+from bench.one_trip_submit import captured_submit, clock_of, fresh, fresh_ids, replayed
 
 _NOW = "2026-12-05 17:04:40.930336"
 _READS = "SELECT *, NOW(6) AS db_now FROM queues WHERE id = 'q1' LOCK IN SHARE MODE;\nSELECT id FROM credentials"
@@ -49,10 +49,13 @@ def test_a_replay_gets_fresh_ids_and_a_later_clock():
                    "e1cccccccccccccccccccccccccccccc", "p-30-fd69b3", "m17-57345"]
     assert clock_of(_WRITES) == _NOW
     later = datetime(2026, 12, 6, 17, 4, 41, 930336)
-    text = replayed(_WRITES, ids, _NOW, later)
+    renamed = fresh(ids)
+    text = replayed(_WRITES, renamed, _NOW, later)
     assert not any(i in text for i in ids)
     assert _NOW not in text and "2026-12-06 17:04:41.930336" in text
     assert '"2026-12-06T17:04:41.930336Z"' in text
-    again = replayed(_WRITES, ids, _NOW, later)
+    reads = replayed("SELECT digest FROM idempotency_records WHERE idem_key IN ('p-30-fd69b3')", renamed, _NOW, later)
+    assert f"'{renamed['p-30-fd69b3']}'" in reads and f"'{renamed['p-30-fd69b3']}'" in text  # one round, one key
+    again = replayed(_WRITES, fresh(ids), _NOW, later)
     assert again != text  # every replay its own rows
     assert len(again) == len(text)
